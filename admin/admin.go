@@ -1,0 +1,86 @@
+// Package admin serves aguard's admin listener: /healthz, /readyz and
+// /metrics, which need no token, and the admin API under /v1/, which needs
+// the bearer token configured with --admin-token.
+//
+// It is plain net/http: nothing on it is on the streaming hot path. It holds
+// no state of its own; readiness and metrics come from the functions and
+// registry it is given.
+package admin
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Check reports whether one part of aguard is ready and, if not, why.
+type Check func() (ok bool, reason string)
+
+// Options configure the admin handler.
+type Options struct {
+	// Token is the bearer token of the admin API; empty refuses every call.
+	Token string
+	// Ready checks run for /readyz, in order; the first failure answers 503.
+	Ready []Check
+	// Gatherer provides /metrics.
+	Gatherer prometheus.Gatherer
+	// API serves the admin API under /v1/ once authorised; nil answers 404.
+	API http.Handler
+}
+
+// Handler returns the admin listener's handler.
+func Handler(opt Options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		for _, check := range opt.Ready {
+			if ok, reason := check(); !ok {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(opt.Gatherer, promhttp.HandlerOpts{}))
+	api := opt.API
+	if api == nil {
+		api = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			WriteError(w, http.StatusNotFound, "not_found", "no such admin endpoint: "+r.URL.Path)
+		})
+	}
+	mux.Handle("/v1/", requireToken(opt.Token, api))
+	return mux
+}
+
+// requireToken lets a request through only with "Authorization: Bearer
+// <token>", compared in constant time. With no token configured, every call
+// is refused.
+func requireToken(token string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="aguard admin"`)
+			WriteError(w, http.StatusUnauthorized, "unauthorized", "the admin API needs a valid bearer token")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// WriteError answers with {"error":{"code":…,"message":…}}.
+func WriteError(w http.ResponseWriter, status int, code, message string) {
+	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,54 @@
+package admin
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestAdminAuthAndProbes(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "aguard_test_total", Help: "t"})
+	reg.MustRegister(c)
+	c.Inc()
+	ready, reason := true, ""
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "api") })
+	tests := []struct {
+		name       string
+		token      string
+		path, auth string
+		notReady   string
+		wantStatus int
+		wantBody   string
+	}{
+		{"healthz without token", "s3cret", "/healthz", "", "", 200, `"ok"`},
+		{"readyz ready", "s3cret", "/readyz", "", "", 200, `"ok"`},
+		{"readyz draining", "s3cret", "/readyz", "", "draining", 503, `"draining"`},
+		{"metrics without token", "s3cret", "/metrics", "", "", 200, "aguard_test_total 1"},
+		{"api without token", "s3cret", "/v1/approvals", "", "", 401, "unauthorized"},
+		{"api wrong token", "s3cret", "/v1/approvals", "Bearer nope", "", 401, "unauthorized"},
+		{"api token without Bearer", "s3cret", "/v1/approvals", "s3cret", "", 401, "unauthorized"},
+		{"api right token", "s3cret", "/v1/approvals", "Bearer s3cret", "", 200, "api"},
+		{"api when no token is configured", "", "/v1/approvals", "Bearer ", "", 401, "unauthorized"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ready, reason = tt.notReady == "", tt.notReady
+			h := Handler(Options{Token: tt.token, Gatherer: reg, API: api,
+				Ready: []Check{func() (bool, string) { return ready, reason }}})
+			req := httptest.NewRequest("GET", tt.path, nil)
+			if tt.auth != "" {
+				req.Header.Set("Authorization", tt.auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.wantStatus || !strings.Contains(rec.Body.String(), tt.wantBody) {
+				t.Fatalf("%s: got %d %q, want %d containing %q", tt.path, rec.Code, rec.Body.String(), tt.wantStatus, tt.wantBody)
+			}
+		})
+	}
+}

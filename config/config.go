@@ -1,0 +1,270 @@
+// Package config holds aguard serve's settings and reads them from, in order
+// of precedence, command-line flags, AGUARD_* environment variables and a YAML
+// file given with --config.
+//
+// Every setting is defined once, in Flags; the flag set, the environment names,
+// the YAML keys and the README's configuration reference all come from that
+// table. Package config does not start anything.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the resolved configuration of aguard serve.
+type Config struct {
+	Listen          string
+	Upstream        string
+	Routes          []Route
+	AdminListen     string
+	AdminToken      string
+	Mode            string
+	MaxBody         int64
+	MaxEvent        int64
+	DrainTimeout    time.Duration
+	Heartbeat       time.Duration
+	UpstreamTimeout time.Duration
+	LogFormat       string
+	ConfigFile      string
+}
+
+// Route sends requests whose path starts with Path to Upstream. The longest
+// matching Path wins; requests no route matches go to --upstream.
+type Route struct {
+	Path     string `yaml:"path"`
+	Upstream string `yaml:"upstream"`
+}
+
+// Flag describes one setting.
+type Flag struct {
+	Name    string // flag name; env AGUARD_<NAME>; YAML key
+	Default string // as it would be written on the command line
+	Usage   string
+	set     func(c *Config, v string) error
+}
+
+// Env is the environment variable that sets f.
+func (f Flag) Env() string {
+	return "AGUARD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+}
+
+// Flags is the table of aguard serve's settings, in the order the README lists them.
+var Flags = []Flag{
+	{"listen", "127.0.0.1:8080", "address of the data plane (consumers connect here)",
+		func(c *Config, v string) error { c.Listen = v; return nil }},
+	{"upstream", "", "agent server base URL; the request path is appended (required unless routes are configured)",
+		func(c *Config, v string) error { c.Upstream = v; return nil }},
+	{"admin-listen", "127.0.0.1:9090", "address for /healthz, /readyz and /metrics",
+		func(c *Config, v string) error { c.AdminListen = v; return nil }},
+	{"admin-token", "", "bearer token for the admin API (none: the admin API answers 401)",
+		func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{"mode", "enforce", "enforce, or monitor (decide, log and count everything, change nothing)",
+		func(c *Config, v string) error {
+			if v != "enforce" && v != "monitor" {
+				return fmt.Errorf("want enforce or monitor, got %q", v)
+			}
+			c.Mode = v
+			return nil
+		}},
+	{"max-body", "8MiB", "largest RunAgentInput accepted (413 too_large above it)",
+		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
+	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",
+		func(c *Config, v string) (err error) { c.MaxEvent, err = ParseSize(v); return err }},
+	{"drain-timeout", "30s", "how long running streams may finish after SIGTERM",
+		func(c *Config, v string) (err error) { c.DrainTimeout, err = parseDuration(v); return err }},
+	{"heartbeat", "15s", "interval of silence after which a \": ping\" comment is sent to the consumer",
+		func(c *Config, v string) (err error) { c.Heartbeat, err = parseDuration(v); return err }},
+	{"upstream-timeout", "30s", "how long the agent may take to connect and send response headers (504 after it)",
+		func(c *Config, v string) (err error) { c.UpstreamTimeout, err = parseDuration(v); return err }},
+	{"log-format", "text", "log format on stderr: text or json",
+		func(c *Config, v string) error {
+			if v != "text" && v != "json" {
+				return fmt.Errorf("want text or json, got %q", v)
+			}
+			c.LogFormat = v
+			return nil
+		}},
+}
+
+// Load resolves the configuration from args (without the program and command
+// names), the environment lookup function and the YAML file named by --config
+// (or AGUARD_CONFIG). Precedence: flag, then environment, then file, then the
+// default. Errors name the setting, where its value came from, and the value.
+func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
+	fs := flag.NewFlagSet("aguard serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fromFlags := map[string]string{}
+	for _, f := range Flags {
+		fs.Func(f.Name, f.Usage+" (default "+strconv.Quote(f.Default)+")", func(v string) error {
+			fromFlags[f.Name] = v
+			return nil
+		})
+	}
+	configFile := fs.String("config", "", "YAML file with settings (keys spelled like the flags) and routes")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	c := &Config{ConfigFile: *configFile}
+	if c.ConfigFile == "" {
+		c.ConfigFile = getenv("AGUARD_CONFIG")
+	}
+	fromFile := map[string]string{}
+	if c.ConfigFile != "" {
+		var err error
+		if fromFile, c.Routes, err = readFile(c.ConfigFile); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range Flags {
+		v, src := f.Default, "default"
+		if fv, ok := fromFile[f.Name]; ok {
+			v, src = fv, c.ConfigFile
+		}
+		if ev := getenv(f.Env()); ev != "" {
+			v, src = ev, f.Env()
+		}
+		if fv, ok := fromFlags[f.Name]; ok {
+			v, src = fv, "--"+f.Name
+		}
+		if err := f.set(c, v); err != nil {
+			return nil, fmt.Errorf("config: %s (from %s): %w", f.Name, src, err)
+		}
+	}
+	return c, c.validate()
+}
+
+func (c *Config) validate() error {
+	if c.Upstream == "" && len(c.Routes) == 0 {
+		return errors.New("config: --upstream is required unless the config file has routes")
+	}
+	if c.Upstream != "" {
+		if err := checkURL(c.Upstream); err != nil {
+			return fmt.Errorf("config: upstream: %w", err)
+		}
+	}
+	for i, r := range c.Routes {
+		if !strings.HasPrefix(r.Path, "/") {
+			return fmt.Errorf("config: routes[%d].path: must start with /, got %q", i, r.Path)
+		}
+		if err := checkURL(r.Upstream); err != nil {
+			return fmt.Errorf("config: routes[%d].upstream: %w", i, err)
+		}
+	}
+	if c.MaxBody <= 0 || c.MaxEvent <= 0 {
+		return errors.New("config: max-body and max-event must be positive")
+	}
+	return nil
+}
+
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q: %w", s, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q: want an http:// or https:// URL with a host", s)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("%q: a base URL has no query or fragment", s)
+	}
+	return nil
+}
+
+// readFile reads a YAML config file: settings as top-level keys spelled like
+// the flags, and an optional routes list. Unknown keys are an error, so a typo
+// never passes silently.
+func readFile(path string) (map[string]string, []Route, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config: %w", err)
+	}
+	var raw map[string]yaml.Node
+	if err := yaml.Unmarshal(b, &raw); err != nil {
+		return nil, nil, fmt.Errorf("config: %s: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, f := range Flags {
+		known[f.Name] = true
+	}
+	out := map[string]string{}
+	var routes []Route
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		n := raw[k]
+		switch {
+		case k == "routes":
+			dec := n
+			if err := dec.Decode(&routes); err != nil {
+				return nil, nil, fmt.Errorf("config: %s: routes: %w", path, err)
+			}
+		case known[k]:
+			if n.Kind != yaml.ScalarNode {
+				return nil, nil, fmt.Errorf("config: %s: line %d: %s: want a single value", path, n.Line, k)
+			}
+			out[k] = n.Value
+		default:
+			return nil, nil, fmt.Errorf("config: %s: line %d: unknown setting %q", path, n.Line, k)
+		}
+	}
+	return out, routes, nil
+}
+
+// ParseSize reads a byte size: a whole number with an optional unit B, KiB,
+// MiB or GiB (also KB, MB, GB as powers of 1000), e.g. "8MiB".
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("want a size such as 8MiB, got %q", s)
+	}
+	if n > (1<<62)/mult {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return n * mult, nil
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want a duration such as 30s, got %q", s)
+	}
+	return d, nil
+}
+
+// Lookup returns the flag named name.
+func Lookup(name string) (Flag, bool) {
+	i := slices.IndexFunc(Flags, func(f Flag) bool { return f.Name == name })
+	if i < 0 {
+		return Flag{}, false
+	}
+	return Flags[i], true
+}

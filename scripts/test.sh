@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command: runs aguard's whole test suite on a fresh machine.
+#
+# It installs what the tests need first (Go modules, and the official AG-UI
+# npm clients the interop tests run), then checks formatting and vet, runs
+# every test with the race detector, and fuzzes each parser for a bounded time.
+# Set FUZZTIME (default 5s) to fuzz longer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime=${FUZZTIME:-5s}
+
+echo "== installing test dependencies"
+go mod download
+npm ci --prefix interop --no-audit --no-fund --loglevel=error
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './interop/node_modules/*'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change: $unformatted" >&2
+  exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 ./...
+
+echo "== fuzzing each parser for $fuzztime"
+fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" "$1"; }
+fuzz ./sse FuzzEvents
+fuzz ./agui FuzzScan
+fuzz ./agui FuzzParseRunInput
+fuzz ./agui FuzzStream
