@@ -17,6 +17,7 @@ package sse
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -65,12 +66,30 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 	}
 }
 
-// WriteFrame writes one event frame, "data: " + json + "\n\n", to w. json must
-// be a single line (compact JSON always is); WriteFrame does not check it.
-// It does not flush.
-func WriteFrame(w *bufio.Writer, json []byte) error {
+// WriteFrame writes one event frame, "data: " + data + "\n\n", to w. It does
+// not flush.
+//
+// Compact JSON is always one line. Anything else (aguard forwards a malformed
+// event as it came in monitor mode) is written as one "data:" line per line
+// of data, split at CR, LF or CRLF, so that whatever the bytes hold the frame
+// stays one event: a consumer joins the lines back with LF, and no line
+// ending inside data can end the event or start another.
+func WriteFrame(w *bufio.Writer, data []byte) error {
+	for {
+		i := bytes.IndexAny(data, "\r\n")
+		if i < 0 {
+			break
+		}
+		w.WriteString("data: ")
+		w.Write(data[:i])
+		w.WriteByte('\n')
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
+		data = data[i+1:]
+	}
 	w.WriteString("data: ")
-	w.Write(json)
+	w.Write(data)
 	_, err := w.WriteString("\n\n")
 	return err
 }

@@ -106,6 +106,36 @@ func TestWriteFrame(t *testing.T) {
 	}
 }
 
+// TestWriteFrameNeverSplitsAnEvent pins that data with line endings inside
+// still makes exactly one event that reads back as the same text (CR and CRLF
+// read back as LF).
+func TestWriteFrameNeverSplitsAnEvent(t *testing.T) {
+	tests := map[string]string{
+		"lf":                "a\nb",
+		"blank line":        "x\n\ndata: {\"type\":\"INJECTED\"}",
+		"cr cr":             "x\r\rdata: y",
+		"crlf":              "x\r\ny",
+		"trailing newline":  "x\n",
+		"only line endings": "\n\r\n\r",
+	}
+	for name, data := range tests {
+		t.Run(name, func(t *testing.T) {
+			var buf bytes.Buffer
+			w := bufio.NewWriter(&buf)
+			WriteFrame(w, []byte(data))
+			w.Flush()
+			got, err := collect(t, &buf, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(data)
+			if len(got) != 1 || got[0] != want {
+				t.Fatalf("frame %q read back as %q, want one event %q", buf.String(), got, want)
+			}
+		})
+	}
+}
+
 func FuzzEvents(f *testing.F) {
 	f.Add([]byte("data: {}\n\n"), 64)
 	f.Add([]byte("data:a\r\ndata:b\r\n\r\n: c\n\nid: 1\n\n"), 8)

@@ -1,0 +1,307 @@
+package agui
+
+import (
+	"github.com/valyala/fastjson"
+)
+
+// apply runs one well-formed event of a known type through the sequence
+// rules and the tool-call rules. It may mark the event dropped or replace
+// e.out with a rewritten text.
+func (s *Stream) apply(e *ev, b *Batch) *violation {
+	if vi := s.runRules(e.typ); vi != nil {
+		if !s.opts.Monitor {
+			return vi
+		}
+		s.fatal(b, vi) // noted; go on tracking
+	}
+	t := e.tag()
+	switch e.typ {
+	case tRunStarted:
+		return s.runStartedEvent(e, b)
+	case tRunFinished:
+		if vi := s.closeAllLanes(); vi != nil {
+			return vi
+		}
+		if vi := s.run.runFinished(); vi != nil {
+			return vi
+		}
+		s.runDone = true
+		s.setPending(e, b)
+		return nil
+	case tRunError:
+		vi := s.closeAllLanes()
+		s.runErr = true
+		return vi
+	case tMessagesSnapshot:
+		if vi := s.closeAllLanes(); vi != nil {
+			return vi
+		}
+		s.scrubMessages(e, b, false)
+		return nil
+
+	case tTextStart:
+		id, _ := e.str("messageId")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		return s.run.textStart(id, t)
+	case tTextContent, tTextEnd:
+		id, _ := e.str("messageId")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		if e.typ == tTextEnd {
+			if vi := s.mixedForms(laneText, e.typ, id); vi != nil {
+				return vi
+			}
+		}
+		return s.run.textCont(e.typ, id, t, e.typ == tTextEnd)
+
+	case tToolStart:
+		id, _ := e.str("toolCallId")
+		name, _ := e.str("toolCallName")
+		parent, hasParent := e.str("parentMessageId")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		if _, vi := s.run.toolStart(id, name, parent, hasParent, t); vi != nil {
+			return vi
+		}
+		if s.in.isFrontend(name) {
+			s.markFrontend(id)
+		}
+		return nil
+	case tToolArgs, tToolEnd:
+		id, _ := e.str("toolCallId")
+		delta, _ := e.str("delta")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		if e.typ == tToolEnd {
+			if vi := s.mixedForms(laneTool, e.typ, id); vi != nil {
+				return vi
+			}
+		}
+		return s.run.toolCont(e.typ, id, delta, t, e.typ == tToolEnd)
+	case tToolResult:
+		return s.toolResult(e, b, t)
+
+	case tTextChunk, tToolChunk, tReasoningMsgChunk:
+		c := chunk{typ: e.typ, t: t, unknown: e.unknown, rawEvent: e.present("rawEvent"), metadata: e.present("metadata")}
+		c.delta, c.hasDelta = e.str("delta")
+		switch e.typ {
+		case tTextChunk:
+			c.kind = laneText
+			c.id, c.hasID = e.str("messageId")
+			c.role, c.hasRole = e.str("role")
+			c.name, c.hasName = e.str("name")
+		case tToolChunk:
+			c.kind = laneTool
+			c.id, c.hasID = e.str("toolCallId")
+			c.name, c.hasName = e.str("toolCallName")
+			c.parent, c.hasParent = e.str("parentMessageId")
+		default:
+			c.kind = laneReasoning
+			c.id, c.hasID = e.str("messageId")
+		}
+		if vi := s.expandChunk(&c); vi != nil {
+			return vi
+		}
+		if c.kind == laneTool && c.hasID && c.hasName && s.in.isFrontend(c.name) {
+			s.markFrontend(c.id)
+		}
+		return nil
+
+	case tStateSnapshot, tStateDelta, tCustom:
+		return s.closeLaneOf(t)
+	case tStepStarted, tStepFinished:
+		name, _ := e.str("stepName")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		if e.typ == tStepStarted {
+			return s.run.stepStarted(name, t)
+		}
+		return s.run.stepFinished(name, t)
+
+	case tReasoningStart, tReasoningMsgStart:
+		id, _ := e.str("messageId")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		return s.run.reasoningStart(e.typ, e.typ == tReasoningStart, id, t)
+	case tReasoningMsgCont, tReasoningMsgEnd, tReasoningEnd:
+		id, _ := e.str("messageId")
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		if e.typ == tReasoningMsgEnd {
+			if vi := s.mixedForms(laneReasoning, e.typ, id); vi != nil {
+				return vi
+			}
+		}
+		return s.run.reasoningCont(e.typ, e.typ == tReasoningEnd, id, t, e.typ != tReasoningMsgCont)
+	case tReasoningEncrypted:
+		return s.encryptedValue(e, t)
+
+	case tActivitySnapshot:
+		id, _ := e.str("messageId")
+		own := s.run.activities[string(id)]
+		rep := e.v.Get("replace")
+		if own == nil || rep == nil || rep.Type() != fastjson.TypeFalse {
+			o := t.owner()
+			s.run.activities[string(id)] = &o
+		}
+		return nil
+	case tActivityDelta:
+		id, _ := e.str("messageId")
+		if own := s.run.activities[string(id)]; t.disagrees(own) {
+			return viol("owner_mismatch", string(id), "ACTIVITY_DELTA: subagentRunId "+q(t.id)+" does not match the owner "+own.String()+" of activity "+q(id))
+		}
+		return nil
+
+	case tSubagentStarted:
+		return s.subagentStarted(e)
+	case tSubagentFinished, tSubagentError:
+		id, _ := e.str("subagentRunId")
+		if i := s.laneIndex(owner{id: string(id), sub: true}); i >= 0 {
+			if vi := s.closeLane(i); vi != nil {
+				return vi
+			}
+		}
+		if !s.run.subActive[string(id)] {
+			return viol("subagent_not_active", string(id), e.typ+" for subagent "+q(id)+", which is not active")
+		}
+		delete(s.run.subActive, string(id))
+		s.run.subClosed[string(id)] = true
+		return nil
+
+	case tThinkingStart, tThinkingTextStart:
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		s.mint++
+		ent := &entity{own: t.owner()}
+		if e.typ == tThinkingStart {
+			s.thinkSpan = s.mint
+			openEntity(ent, true, s.run.next())
+			s.run.thinkSpans[s.mint] = ent
+		} else {
+			s.thinkMsg = s.mint
+			openEntity(ent, false, s.run.next())
+			s.run.thinkMsgs[s.mint] = ent
+		}
+		return nil
+	case tThinkingEnd:
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		id := s.thinkSpan
+		s.thinkSpan = 0
+		return contEntity(s.run.thinkSpans[id], e.typ+" (as REASONING_END)", true, "(THINKING)", t, true)
+	case tThinkingTextCont, tThinkingTextEnd:
+		if vi := s.closeLaneOf(t); vi != nil {
+			return vi
+		}
+		id := s.thinkMsg
+		end := e.typ == tThinkingTextEnd
+		if end {
+			s.thinkMsg = 0
+		}
+		return contEntity(s.run.thinkMsgs[id], e.typ, false, "(THINKING_TEXT_MESSAGE)", t, end)
+	}
+	return nil // RAW
+}
+
+// runRules are verifyEvents' stream-level rules: the first event, nothing
+// after RUN_ERROR but RUN_STARTED, nothing after RUN_FINISHED but RUN_STARTED
+// or RUN_ERROR, no nested RUN_STARTED.
+func (s *Stream) runRules(typ string) *violation {
+	if s.runErr && typ != tRunStarted {
+		return viol("event_after_run_error", "", typ+" after RUN_ERROR: only RUN_STARTED may follow")
+	}
+	if s.runDone && typ != tRunError && typ != tRunStarted {
+		return viol("event_after_run_finished", "", typ+" after RUN_FINISHED: only RUN_STARTED or RUN_ERROR may follow")
+	}
+	if !s.first {
+		s.first = true
+		if typ != tRunStarted && typ != tRunError {
+			return viol("first_event", "", "the first event is "+typ+"; it must be RUN_STARTED or RUN_ERROR")
+		}
+	} else if typ == tRunStarted && s.runStarted && !s.runDone && !s.runErr {
+		return viol("run_already_started", "", "RUN_STARTED while a run is still active")
+	}
+	return nil
+}
+
+func (s *Stream) runStartedEvent(e *ev, b *Batch) *violation {
+	if vi := s.closeAllLanes(); vi != nil {
+		return vi
+	}
+	if !s.runStarted || s.runDone || s.runErr {
+		s.run.reset()
+		clear(s.answered)
+		s.runDone, s.runErr = false, false
+	}
+	s.runStarted = true
+	if in := e.v.Get("input"); in != nil && in.Type() == fastjson.TypeObject {
+		s.scrubMessages(e, b, true)
+	}
+	return nil
+}
+
+func (s *Stream) subagentStarted(e *ev) *violation {
+	id, _ := e.str("subagentRunId")
+	if s.run.subActive[string(id)] {
+		return viol("subagent_already_active", string(id), "SUBAGENT_STARTED for subagent "+q(id)+", which is already active")
+	}
+	if s.run.subClosed[string(id)] {
+		return viol("subagent_reused", string(id), "SUBAGENT_STARTED for subagent "+q(id)+", which already finished in this run")
+	}
+	if p, ok := e.str("parentSubagentRunId"); ok && !s.run.subActive[string(p)] && !s.run.subClosed[string(p)] {
+		return viol("subagent_unknown_parent", string(id), "SUBAGENT_STARTED for subagent "+q(id)+": parentSubagentRunId "+q(p)+" has not been started in this run")
+	}
+	s.run.subActive[string(id)] = true
+	return nil
+}
+
+func (s *Stream) encryptedValue(e *ev, t tag) *violation {
+	id, _ := e.str("entityId")
+	sub, _ := e.str("subtype")
+	var own *owner
+	switch string(sub) {
+	case "tool-call":
+		if c := s.run.calls[string(id)]; c != nil {
+			own = &c.own
+		}
+	default: // "message": a text message or a reasoning message
+		if m := s.run.msgs[string(id)]; m != nil {
+			own = &m.own
+		} else if m := s.run.reasoning[string(id)]; m != nil {
+			own = &m.own
+		}
+	}
+	if t.disagrees(own) {
+		return viol("owner_mismatch", string(id), "REASONING_ENCRYPTED_VALUE: subagentRunId "+q(t.id)+" does not match the owner "+own.String()+" of "+q(id))
+	}
+	return nil
+}
+
+func (s *Stream) markFrontend(id []byte) {
+	if _, ok := s.frontend[string(id)]; ok || len(s.frontend) >= maxFrontendIDs {
+		return
+	}
+	s.frontend[string(id)] = struct{}{}
+}
+
+// isFrontendCall reports whether id is known to call an advertised tool.
+func (s *Stream) isFrontendCall(id []byte) bool {
+	if _, ok := s.frontend[string(id)]; ok {
+		return true
+	}
+	if s.in == nil {
+		return false
+	}
+	_, ok := s.in.frontendCalls[string(id)]
+	return ok
+}

@@ -1,0 +1,78 @@
+package agui
+
+import (
+	"strings"
+	"testing"
+)
+
+// BenchmarkFeedTextContent: the hot path — a compact ~100-byte
+// TEXT_MESSAGE_CONTENT for an open message, forwarded unchanged.
+func BenchmarkFeedTextContent(b *testing.B) {
+	s := NewStream(nil, Options{})
+	var batch Batch
+	s.Feed([]byte(runStarted), &batch)
+	s.Feed([]byte(`{"type":"TEXT_MESSAGE_START","messageId":"msg-1","role":"assistant"}`), &batch)
+	ev := []byte(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"msg-1","delta":"The quick brown fox jumps over the lazy dog."}`)
+	b.SetBytes(int64(len(ev)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s.Feed(ev, &batch)
+	}
+	if len(batch.Out) != 1 || len(batch.Notes) != 0 {
+		b.Fatalf("batch = %+v", batch)
+	}
+}
+
+// BenchmarkFeedToolCall: a START / ARGS×16 / END group with ~1 KB of
+// arguments, then its RESULT.
+func BenchmarkFeedToolCall(b *testing.B) {
+	s := NewStream(nil, Options{})
+	var batch Batch
+	s.Feed([]byte(runStarted), &batch)
+	start := []byte(`{"type":"TOOL_CALL_START","toolCallId":"call-1","toolCallName":"search","parentMessageId":"msg-1"}`)
+	args := []byte(`{"type":"TOOL_CALL_ARGS","toolCallId":"call-1","delta":"` + strings.Repeat(`x`, 64) + `"}`)
+	end := []byte(`{"type":"TOOL_CALL_END","toolCallId":"call-1"}`)
+	res := []byte(`{"type":"TOOL_CALL_RESULT","messageId":"tm-1","toolCallId":"call-1","content":"ok"}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s.Feed(start, &batch)
+		for range 16 {
+			s.Feed(args, &batch)
+		}
+		s.Feed(end, &batch)
+		s.Feed(res, &batch)
+		if batch.Done {
+			b.Fatal("stream ended")
+		}
+		s.run.calls["call-1"].args = s.run.calls["call-1"].args[:0]
+	}
+}
+
+// BenchmarkRunFinishedRewrite: a whole run whose RUN_FINISHED needs its
+// pending list added (two frontend calls left unanswered).
+func BenchmarkRunFinishedRewrite(b *testing.B) {
+	in := mustInput(b, inputJSON)
+	evs := [][]byte{
+		[]byte(runStarted),
+		[]byte(`{"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm"}`),
+		[]byte(`{"type":"TOOL_CALL_END","toolCallId":"c1"}`),
+		[]byte(`{"type":"TOOL_CALL_START","toolCallId":"c2","toolCallName":"confirm"}`),
+		[]byte(`{"type":"TOOL_CALL_END","toolCallId":"c2"}`),
+	}
+	fin := []byte(`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1","outcome":{"type":"success","pendingToolCallIds":["c2"]}}`)
+	s := NewStream(in, Options{})
+	var batch Batch
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		for _, e := range evs {
+			s.Feed(e, &batch)
+		}
+		s.Feed(fin, &batch)
+		if len(batch.Out) != 1 || len(batch.Notes) != 1 {
+			b.Fatalf("batch = %+v", batch)
+		}
+	}
+}

@@ -1,0 +1,190 @@
+package agui
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/aguard/aguard/internal/aguicheck"
+)
+
+// genTemplates are the event shapes of the structured generator; %i is
+// replaced by an id, %t by a subagentRunId member (or nothing).
+var genTemplates = []string{
+	`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+	`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`,
+	`{"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":{"type":"success","pendingToolCallIds":["%i"]}}`,
+	`{"type":"RUN_ERROR","message":"m"}`,
+	`{"type":"TEXT_MESSAGE_START","messageId":"%i"%t}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d"%t}`,
+	`{"type":"TEXT_MESSAGE_END","messageId":"%i"%t}`,
+	`{"type":"TEXT_MESSAGE_CHUNK","messageId":"%i","delta":"d"%t}`,
+	`{"type":"TEXT_MESSAGE_CHUNK","delta":"d"%t}`,
+	`{"type":"TOOL_CALL_START","toolCallId":"%i","toolCallName":"confirm"%t}`,
+	`{"type":"TOOL_CALL_START","toolCallId":"%i","toolCallName":"search","parentMessageId":"%i"%t}`,
+	`{"type":"TOOL_CALL_ARGS","toolCallId":"%i","delta":"{}"%t}`,
+	`{"type":"TOOL_CALL_END","toolCallId":"%i"%t}`,
+	`{"type":"TOOL_CALL_CHUNK","toolCallId":"%i","toolCallName":"confirm","delta":"{"%t}`,
+	`{"type":"TOOL_CALL_CHUNK","delta":"}"%t}`,
+	`{"type":"TOOL_CALL_RESULT","messageId":"m%i","toolCallId":"%i","content":"x"%t}`,
+	`{"type":"REASONING_START","messageId":"%i"%t}`,
+	`{"type":"REASONING_END","messageId":"%i"%t}`,
+	`{"type":"REASONING_MESSAGE_CHUNK","messageId":"%i","delta":"d"%t}`,
+	`{"type":"STEP_STARTED","stepName":"%i"%t}`,
+	`{"type":"STEP_FINISHED","stepName":"%i"%t}`,
+	`{"type":"SUBAGENT_STARTED","subagentRunId":"%i","name":"n"}`,
+	`{"type":"SUBAGENT_FINISHED","subagentRunId":"%i"}`,
+	`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"%i","role":"tool","toolCallId":"%i","content":"x"}]}`,
+	`{"type":"THINKING_START"%t}`,
+	`{"type":"THINKING_END"%t}`,
+	`{"type":"CUSTOM","name":"n","value":null%t}`,
+	`{"type":"VENDOR_X"}`,
+	` { "type" : "STATE_SNAPSHOT" , "snapshot" : { } } `,
+}
+
+// generate turns fuzz bytes into a plausible event sequence: each pair of
+// bytes picks a template, an id and a tag.
+func generate(data []byte) [][]byte {
+	var out [][]byte
+	for i := 0; i+1 < len(data); i += 2 {
+		tpl := genTemplates[int(data[i])%len(genTemplates)]
+		id := string(rune('a' + data[i+1]%4))
+		tg := ""
+		switch data[i+1] / 4 % 4 {
+		case 1:
+			tg = `,"subagentRunId":"s1"`
+		case 2:
+			tg = `,"subagentRunId":"s2"`
+		}
+		e := strings.ReplaceAll(strings.ReplaceAll(tpl, "%i", id), "%t", tg)
+		out = append(out, []byte(e))
+	}
+	return out
+}
+
+// checkRun feeds events through an enforcing Stream and checks the output
+// invariants.
+func checkRun(t *testing.T, in *RunInput, events [][]byte) {
+	s := NewStream(in, Options{})
+	var b Batch
+	var outs [][]byte
+	collect := func() {
+		for _, e := range b.Out {
+			if len(e.JSON) == 0 || e.JSON[0] != '{' || !json.Valid(e.JSON) {
+				t.Fatalf("output is not a JSON object: %q", e.JSON)
+			}
+			var sc scanner
+			if compact, err := sc.scan(e.JSON); err != nil || !compact {
+				t.Fatalf("output not compact: %q", e.JSON)
+			}
+			outs = append(outs, bytes.Clone(e.JSON))
+		}
+	}
+	for _, e := range events {
+		s.Feed(e, &b)
+		collect()
+		if b.Done {
+			break
+		}
+	}
+	s.End(nil, &b)
+	collect()
+	if err := aguicheck.Check(outs); err != nil {
+		t.Fatalf("output rejected: %v\nin:\n%s\nout:\n%s", err, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))
+	}
+	// The stream ends with a terminal event: everything closed, or RUN_ERROR.
+	for i := len(outs) - 1; i >= 0; i-- {
+		var ev struct{ Type string }
+		_ = json.Unmarshal(outs[i], &ev)
+		if specFor([]byte(ev.Type)) == nil {
+			continue
+		}
+		if ev.Type != tRunFinished && ev.Type != tRunError {
+			t.Fatalf("stream ends with %s:\n%s", ev.Type, bytes.Join(outs, []byte("\n")))
+		}
+		return
+	}
+	t.Fatalf("no terminal event in output:\n%s", bytes.Join(outs, []byte("\n")))
+}
+
+func FuzzStream(f *testing.F) {
+	f.Add([]byte(runStarted + "\n" + `{"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm"}` + "\n" +
+		`{"type":"TOOL_CALL_END","toolCallId":"c1"}` + "\n" + resultC1 + "\n" + runFinished))
+	f.Add([]byte(runStarted + "\n" + `{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"s","delta":"{"}` + "\n" +
+		`{"type":"TOOL_CALL_CHUNK","delta":"}"}` + "\n" + runFinished + "\n" + `{"type":"RUN_ERROR","message":"x"}`))
+	f.Add([]byte{0, 0, 9, 1, 11, 1, 12, 1, 15, 1, 1, 0})
+	f.Add([]byte{0, 0, 13, 5, 14, 0, 13, 10, 14, 0, 1, 0})
+	f.Add([]byte{0, 0, 7, 4, 8, 0, 18, 9, 23, 1, 2, 1})
+	in, err := ParseRunInput([]byte(inputJSON))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		checkRun(t, in, bytes.Split(data, []byte("\n")))
+		checkRun(t, in, generate(data))
+		// Monitor mode never ends the stream on its own and never panics.
+		s := NewStream(in, Options{Monitor: true})
+		var b Batch
+		for _, e := range generate(data) {
+			s.Feed(e, &b)
+			if b.Done {
+				t.Fatal("monitor mode ended the stream")
+			}
+		}
+	})
+}
+
+func FuzzScan(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":[1,-0.5e+3,true,false,null]}`, ` "x\u00e9\n" `, `{"a":"\x"}`, "\"a\x01\"", `01`, `[1,]`, `{"a" 1}`, `1.`, `-`, `"\ud800"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var sc scanner
+		compact, err := sc.scan(data)
+		if (err == nil) != json.Valid(data) {
+			t.Fatalf("scan(%q) error = %v, json.Valid = %v", data, err, json.Valid(data))
+		}
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if cerr := json.Compact(&buf, data); cerr != nil {
+			t.Fatal(cerr)
+		}
+		if got := appendCompact(nil, data); !bytes.Equal(got, buf.Bytes()) {
+			t.Fatalf("appendCompact(%q) = %q, json.Compact = %q", data, got, buf.Bytes())
+		}
+		if compact != bytes.Equal(buf.Bytes(), data) {
+			t.Fatalf("scan(%q) compact = %v", data, compact)
+		}
+	})
+}
+
+func FuzzParseRunInput(f *testing.F) {
+	f.Add([]byte(inputJSON))
+	f.Add([]byte(`{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"n","arguments":""}}]},{"id":"t","role":"tool","toolCallId":"c","content":[{"type":"image","source":{"type":"url","value":"u"}}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := ParseRunInput(data)
+		if err != nil {
+			if _, ok := err.(*InputError); !ok {
+				t.Fatalf("error %T is not *InputError", err)
+			}
+			if in != nil {
+				t.Fatal("input and error both returned")
+			}
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
+		for _, tool := range in.Tools {
+			if got, ok := in.Tool(tool.Name); !ok || got.Name != tool.Name {
+				t.Fatalf("Tool(%q) = %+v, %v", tool.Name, got, ok)
+			}
+			if tool.Parameters != nil && !json.Valid(tool.Parameters) {
+				t.Fatalf("parameters %q", tool.Parameters)
+			}
+		}
+	})
+}

@@ -1,0 +1,143 @@
+package agui
+
+import (
+	"github.com/valyala/fastjson"
+)
+
+// RunInput is what aguard reads from a RunAgentInput (the POST body a
+// consumer sends to start a run, digest §2.1). It is immutable once parsed and
+// may be shared by the Streams of one request.
+type RunInput struct {
+	// ThreadID and RunID are the input's threadId and runId.
+	ThreadID, RunID string
+	// ProtocolVersion is the consumer's declared version, "" when absent.
+	ProtocolVersion string
+	// Tools are the advertised (frontend) tools, in input order: "The tools
+	// list in run input is the application's: the agent proposes a call, the
+	// application executes it" (seed 000, "Frontend tools").
+	Tools []Tool
+
+	tools map[string]int // name -> index in Tools (first wins)
+	// answered holds the toolCallIds of the tool messages in messages: calls
+	// the consumer answered itself.
+	answered map[string]struct{}
+	// frontendCalls holds the ids of assistant toolCalls in messages that name
+	// an advertised tool.
+	frontendCalls map[string]struct{}
+}
+
+// Tool is one advertised tool (digest §2.3).
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the raw JSON Schema of the arguments, or nil when absent.
+	Parameters []byte
+}
+
+// InputError reports a request body that is not a RunAgentInput. The proxy
+// answers it with HTTP 400 invalid_run_input.
+type InputError struct {
+	// Path locates the offending value, e.g. "messages[2].role"; "" for the
+	// body as a whole.
+	Path string
+	// Reason says what is wrong with it.
+	Reason string
+}
+
+// Error implements error.
+func (e *InputError) Error() string {
+	if e.Path == "" {
+		return "invalid run input: " + e.Reason
+	}
+	return "invalid run input: " + e.Path + ": " + e.Reason
+}
+
+// ParseRunInput checks that body is a RunAgentInput — a JSON object with
+// string threadId and runId, a messages array of messages each with a string
+// id and role and the fields of that role, optional tools (each with a string
+// name), context, resume and protocolVersion of the right shapes — and returns
+// what aguard needs from it. Unknown members are ignored. A failure is an
+// *InputError.
+func ParseRunInput(body []byte) (*RunInput, error) {
+	var sc scanner
+	if _, err := sc.scan(body); err != nil {
+		return nil, &InputError{Reason: "not valid JSON: " + err.Error()}
+	}
+	var p fastjson.Parser
+	v, err := p.ParseBytes(body)
+	if err != nil {
+		return nil, &InputError{Reason: "JSON nested too deeply"}
+	}
+	if v.Type() != fastjson.TypeObject {
+		return nil, &InputError{Reason: "expected a JSON object, got " + typeName(v.Type())}
+	}
+	if fe := objectOf(inputFields)(v); fe != nil {
+		return nil, &InputError{Path: fe.path(), Reason: fe.reason}
+	}
+	in := &RunInput{
+		ThreadID:        string(v.GetStringBytes("threadId")),
+		RunID:           string(v.GetStringBytes("runId")),
+		ProtocolVersion: string(v.GetStringBytes("protocolVersion")),
+		tools:           map[string]int{},
+		answered:        map[string]struct{}{},
+		frontendCalls:   map[string]struct{}{},
+	}
+	for _, t := range v.GetArray("tools") {
+		tool := Tool{Name: string(t.GetStringBytes("name")), Description: string(t.GetStringBytes("description"))}
+		if ps := t.Get("parameters"); ps != nil && ps.Type() != fastjson.TypeNull {
+			tool.Parameters = ps.MarshalTo(nil)
+		}
+		if _, dup := in.tools[tool.Name]; !dup {
+			in.tools[tool.Name] = len(in.Tools)
+		}
+		in.Tools = append(in.Tools, tool)
+	}
+	for _, m := range v.GetArray("messages") {
+		switch string(m.GetStringBytes("role")) {
+		case "tool":
+			in.answered[string(m.GetStringBytes("toolCallId"))] = struct{}{}
+		case "assistant":
+			for _, tc := range m.GetArray("toolCalls") {
+				if _, ok := in.tools[string(tc.GetStringBytes("function", "name"))]; ok {
+					in.frontendCalls[string(tc.GetStringBytes("id"))] = struct{}{}
+				}
+			}
+		}
+	}
+	return in, nil
+}
+
+// Legacy reports whether the consumer declared no protocolVersion: a 0.x
+// consumer, or a 1.0 client pinned below its own version (digest §0).
+func (in *RunInput) Legacy() bool { return in.ProtocolVersion == "" }
+
+// Tool returns the advertised tool called name.
+func (in *RunInput) Tool(name string) (Tool, bool) {
+	if in == nil {
+		return Tool{}, false
+	}
+	i, ok := in.tools[name]
+	if !ok {
+		return Tool{}, false
+	}
+	return in.Tools[i], true
+}
+
+// isFrontend reports whether name is an advertised tool. name may alias a
+// parser buffer; the lookup does not allocate.
+func (in *RunInput) isFrontend(name []byte) bool {
+	if in == nil {
+		return false
+	}
+	_, ok := in.tools[string(name)]
+	return ok
+}
+
+// consumerAnswered reports whether the input carries a tool message for id.
+func (in *RunInput) consumerAnswered(id []byte) bool {
+	if in == nil {
+		return false
+	}
+	_, ok := in.answered[string(id)]
+	return ok
+}

@@ -1,0 +1,414 @@
+package agui
+
+import (
+	"sort"
+	"strings"
+)
+
+// This file is the sequence state machine: what the official client's
+// verifyEvents enforces (digest §3.5), applied to the events the consumer
+// receives — those aguard forwards and the ones the client synthesises when
+// it expands chunks (chunks.go). Every rule here is fatal for the 1.0 client,
+// so every one is fatal for aguard.
+
+// owner is who an entity belongs to: the parent agent (sub == false) or the
+// subagent invocation id.
+type owner struct {
+	id  string
+	sub bool
+}
+
+func (o owner) String() string {
+	if !o.sub {
+		return "(the parent agent)"
+	}
+	return "'" + o.id + "'"
+}
+
+// tag is an event's subagentRunId as read from it. id aliases the parser's
+// buffer.
+type tag struct {
+	id []byte
+	ok bool
+}
+
+// is reports whether t names o; an absent tag names the parent agent.
+func (t tag) is(o owner) bool { return t.ok == o.sub && string(t.id) == o.id }
+
+func (t tag) owner() owner {
+	if !t.ok {
+		return owner{}
+	}
+	return owner{id: string(t.id), sub: true}
+}
+
+// disagrees is verifyEvents' attribution rule: a continuation whose tag names
+// someone other than its opener's owner. An absent tag never disagrees.
+func (t tag) disagrees(o *owner) bool { return t.ok && o != nil && !t.is(*o) }
+
+// violation is a broken rule.
+type violation struct {
+	rule string // stable identifier, e.g. "tool_call_not_open"
+	id   string // the id involved, if any
+	msg  string // a sentence naming the event and id
+}
+
+func viol(rule, id, msg string) *violation { return &violation{rule: rule, id: id, msg: msg} }
+
+// entity is one text message, reasoning message/span or activity of the
+// current run. It exists once its owner is on record (the client keeps
+// owners for the whole run, open or not).
+type entity struct {
+	own      owner
+	open     bool // text message open / reasoning message open
+	spanOpen bool // reasoning span open (REASONING_START…REASONING_END)
+	openSeq  int  // order of opening, for messages listing open ids
+}
+
+// call is one tool call of the current run.
+type call struct {
+	id        string
+	own       owner
+	open      bool
+	started   bool // a TOOL_CALL_START (explicit or from a chunk) in this run
+	name      string
+	parent    string
+	hasParent bool
+	openSeq   int
+	// args accumulates the argument text, up to maxArgBytes; argsCut
+	// reports that the text was longer. Policy evaluation at
+	// TOOL_CALL_END reads it.
+	args    []byte
+	argsCut bool
+}
+
+// maxArgBytes caps the argument text kept per call (memory bound).
+const maxArgBytes = 1 << 20
+
+// stepKey names an open step: steps are tracked per owner (digest §1.2).
+type stepKey struct {
+	own  owner
+	name string
+}
+
+// runState is verifyEvents' per-run state. It resets on RUN_STARTED.
+type runState struct {
+	msgs       map[string]*entity // owners.message + activeMessages
+	reasoning  map[string]*entity // owners.reasoning + both active sets
+	activities map[string]*owner
+	calls      map[string]*call
+	steps      map[stepKey]int // open steps, value = open order
+	subActive  map[string]bool
+	subClosed  map[string]bool
+	// minted reasoning ids of translated THINKING_* events (compat layer,
+	// §3.2); they can never collide with a producer's id.
+	thinkSpans map[int]*entity
+	thinkMsgs  map[int]*entity
+
+	order []*call // calls in first-START order (pending list)
+	seq   int
+}
+
+func newRunState() runState {
+	return runState{
+		msgs:       map[string]*entity{},
+		reasoning:  map[string]*entity{},
+		activities: map[string]*owner{},
+		calls:      map[string]*call{},
+		steps:      map[stepKey]int{},
+		subActive:  map[string]bool{},
+		subClosed:  map[string]bool{},
+		thinkSpans: map[int]*entity{},
+		thinkMsgs:  map[int]*entity{},
+	}
+}
+
+func (r *runState) reset() {
+	clear(r.msgs)
+	clear(r.reasoning)
+	clear(r.activities)
+	clear(r.calls)
+	clear(r.steps)
+	clear(r.subActive)
+	clear(r.subClosed)
+	clear(r.thinkSpans)
+	clear(r.thinkMsgs)
+	r.order = r.order[:0]
+	r.seq = 0
+}
+
+func (r *runState) next() int { r.seq++; return r.seq }
+
+func q(b []byte) string { return "'" + string(b) + "'" }
+
+// textStart: "TEXT_MESSAGE_START for an id that is open" is fatal; a reopen
+// under a different owner is fatal.
+func (r *runState) textStart(id []byte, t tag) *violation {
+	e := r.msgs[string(id)]
+	if e != nil && e.open {
+		return viol("text_message_already_open", string(id), "TEXT_MESSAGE_START for text message "+q(id)+", which is already open")
+	}
+	if e != nil && t.disagrees(&e.own) {
+		return viol("owner_mismatch", string(id), "TEXT_MESSAGE_START: subagentRunId "+q(t.id)+" does not match the owner "+e.own.String()+" of text message "+q(id))
+	}
+	if e == nil {
+		e = &entity{own: t.owner()}
+		r.msgs[string(id)] = e
+	}
+	e.open = true
+	e.openSeq = r.next()
+	return nil
+}
+
+// textCont checks TEXT_MESSAGE_CONTENT / TEXT_MESSAGE_END and applies END.
+func (r *runState) textCont(typ string, id []byte, t tag, end bool) *violation {
+	e := r.msgs[string(id)]
+	if e == nil || !e.open {
+		return viol("text_message_not_open", string(id), typ+" for text message "+q(id)+", which is not open")
+	}
+	if t.disagrees(&e.own) {
+		return viol("owner_mismatch", string(id), typ+": subagentRunId "+q(t.id)+" does not match the owner "+e.own.String()+" of text message "+q(id))
+	}
+	if end {
+		e.open = false
+	}
+	return nil
+}
+
+// toolStart applies TOOL_CALL_START (explicit or synthesised from a chunk).
+// Beyond verifyEvents, a reopen must agree with the call it reopens: "A
+// reopening start MUST agree with the call it reopens — the same
+// toolCallName, the same parentMessageId, the same owner" (seed 000,
+// TOOL_CALL_END). The 1.0 client accepts a renaming reopen and renames the
+// call; aguard ends the stream instead.
+func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*call, *violation) {
+	c := r.calls[string(id)]
+	if c != nil && c.open {
+		return nil, viol("tool_call_already_open", string(id), "TOOL_CALL_START for tool call "+q(id)+", which is already open")
+	}
+	// "When the parent message is attributed to a subagent, the call MUST
+	// agree with that attribution — a tool call belongs to the message that
+	// carries it" (seed 000, TOOL_CALL_START).
+	var inherited *owner
+	if hasParent {
+		if pe := r.msgs[string(parent)]; pe != nil {
+			if t.disagrees(&pe.own) {
+				return nil, viol("owner_mismatch", string(id), "TOOL_CALL_START for tool call "+q(id)+": subagentRunId "+q(t.id)+" does not match the owner "+pe.own.String()+" of its parent message "+q(parent))
+			}
+			inherited = &pe.own
+		}
+	}
+	if c != nil {
+		if t.disagrees(&c.own) {
+			return nil, viol("owner_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+": subagentRunId "+q(t.id)+" does not match its owner "+c.own.String())
+		}
+		if !t.ok && inherited != nil && *inherited != c.own {
+			return nil, viol("owner_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+": it is owned by "+c.own.String()+" but its parent message "+q(parent)+" is owned by "+inherited.String())
+		}
+		if c.started {
+			if c.name != string(name) {
+				return nil, viol("tool_call_reopen_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+" names tool "+q(name)+", but the call it reopens is '"+c.name+"'")
+			}
+			if c.hasParent != hasParent || c.parent != string(parent) {
+				return nil, viol("tool_call_reopen_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+" has parentMessageId "+optQ(parent, hasParent)+", but the call it reopens has "+optQ([]byte(c.parent), c.hasParent))
+			}
+		}
+	} else {
+		c = &call{id: string(id), own: t.owner()}
+		if !t.ok && inherited != nil {
+			c.own = *inherited
+		}
+		r.calls[c.id] = c
+	}
+	if !c.started {
+		c.started = true
+		c.name = string(name)
+		c.parent = string(parent)
+		c.hasParent = hasParent
+		r.order = append(r.order, c)
+	}
+	c.open = true
+	c.openSeq = r.next()
+	return c, nil
+}
+
+func optQ(b []byte, ok bool) string {
+	if !ok {
+		return "(absent)"
+	}
+	return q(b)
+}
+
+// toolCont checks TOOL_CALL_ARGS / TOOL_CALL_END and applies them.
+func (r *runState) toolCont(typ string, id, delta []byte, t tag, end bool) *violation {
+	c := r.calls[string(id)]
+	if c == nil || !c.open {
+		return viol("tool_call_not_open", string(id), typ+" for tool call "+q(id)+", which is not open")
+	}
+	if t.disagrees(&c.own) {
+		return viol("owner_mismatch", string(id), typ+": subagentRunId "+q(t.id)+" does not match the owner "+c.own.String()+" of tool call "+q(id))
+	}
+	if end {
+		c.open = false
+		return nil
+	}
+	if !c.argsCut {
+		if len(c.args)+len(delta) > maxArgBytes {
+			c.argsCut = true
+		} else {
+			c.args = append(c.args, delta...)
+		}
+	}
+	return nil
+}
+
+// reasoningStart applies REASONING_START (span) or REASONING_MESSAGE_START.
+func (r *runState) reasoningStart(typ string, span bool, id []byte, t tag) *violation {
+	e := r.reasoning[string(id)]
+	if e != nil && ((span && e.spanOpen) || (!span && e.open)) {
+		return viol("reasoning_already_open", string(id), typ+" for reasoning "+kindWord(span)+" "+q(id)+", which is already open")
+	}
+	if e != nil && t.disagrees(&e.own) {
+		return viol("owner_mismatch", string(id), typ+": subagentRunId "+q(t.id)+" does not match the owner "+e.own.String()+" of reasoning message "+q(id))
+	}
+	if e == nil {
+		e = &entity{own: t.owner()}
+		r.reasoning[string(id)] = e
+	}
+	openEntity(e, span, r.next())
+	return nil
+}
+
+func openEntity(e *entity, span bool, seq int) {
+	if span {
+		e.spanOpen = true
+	} else {
+		e.open = true
+	}
+	e.openSeq = seq
+}
+
+func kindWord(span bool) string {
+	if span {
+		return "span"
+	}
+	return "message"
+}
+
+// reasoningCont checks REASONING_MESSAGE_CONTENT/END and REASONING_END.
+func (r *runState) reasoningCont(typ string, span bool, id []byte, t tag, end bool) *violation {
+	e := r.reasoning[string(id)]
+	return contEntity(e, typ, span, string(id), t, end)
+}
+
+func contEntity(e *entity, typ string, span bool, id string, t tag, end bool) *violation {
+	if e == nil || (span && !e.spanOpen) || (!span && !e.open) {
+		return viol("reasoning_not_open", id, typ+" for reasoning "+kindWord(span)+" '"+id+"', which is not open")
+	}
+	if t.disagrees(&e.own) {
+		return viol("owner_mismatch", id, typ+": subagentRunId "+q(t.id)+" does not match the owner "+e.own.String()+" of reasoning message '"+id+"'")
+	}
+	if end {
+		if span {
+			e.spanOpen = false
+		} else {
+			e.open = false
+		}
+	}
+	return nil
+}
+
+// stepStarted / stepFinished: steps are tracked per owner (digest §1.2).
+func (r *runState) stepStarted(name []byte, t tag) *violation {
+	k := stepKey{own: t.owner(), name: string(name)}
+	if _, ok := r.steps[k]; ok {
+		return viol("step_already_active", string(name), "STEP_STARTED for step "+q(name)+", which is already active for "+k.own.String())
+	}
+	r.steps[k] = r.next()
+	return nil
+}
+
+func (r *runState) stepFinished(name []byte, t tag) *violation {
+	k := stepKey{own: t.owner(), name: string(name)}
+	if _, ok := r.steps[k]; !ok {
+		for o := range r.steps {
+			if o.name == k.name {
+				return viol("step_owner_mismatch", string(name), "STEP_FINISHED for step "+q(name)+" attributed to "+k.own.String()+", but that step is open under "+o.own.String())
+			}
+		}
+		return viol("step_not_active", string(name), "STEP_FINISHED for step "+q(name)+", which was not started")
+	}
+	delete(r.steps, k)
+	return nil
+}
+
+// openIDs lists what is still open when RUN_FINISHED arrives, or returns nil.
+// "A call left open when the run finishes is a violation" (seed 000, Error
+// Handling); verifyEvents says the same of steps, messages, reasoning and
+// subagents.
+func (r *runState) runFinished() *violation {
+	type item struct {
+		seq int
+		id  string
+	}
+	list := func(items []item) string {
+		sort.Slice(items, func(i, j int) bool { return items[i].seq < items[j].seq })
+		ids := make([]string, len(items))
+		for i, it := range items {
+			ids[i] = "'" + it.id + "'"
+		}
+		return strings.Join(ids, ", ")
+	}
+	var steps, msgs, rmsgs, spans, calls []item
+	for k, seq := range r.steps {
+		steps = append(steps, item{seq, k.name})
+	}
+	for id, e := range r.msgs {
+		if e.open {
+			msgs = append(msgs, item{e.openSeq, id})
+		}
+	}
+	for id, e := range r.reasoning {
+		if e.open {
+			rmsgs = append(rmsgs, item{e.openSeq, id})
+		}
+		if e.spanOpen {
+			spans = append(spans, item{e.openSeq, id})
+		}
+	}
+	for _, e := range r.thinkMsgs {
+		if e.open {
+			rmsgs = append(rmsgs, item{e.openSeq, "(THINKING_TEXT_MESSAGE)"})
+		}
+	}
+	for _, e := range r.thinkSpans {
+		if e.spanOpen {
+			spans = append(spans, item{e.openSeq, "(THINKING)"})
+		}
+	}
+	for _, c := range r.calls {
+		if c.open {
+			calls = append(calls, item{c.openSeq, c.id})
+		}
+	}
+	var subs []string
+	for id := range r.subActive {
+		subs = append(subs, "'"+id+"'")
+	}
+	sort.Strings(subs)
+	switch {
+	case len(steps) > 0:
+		return viol("run_finished_with_open_steps", "", "RUN_FINISHED while steps are still active: "+list(steps))
+	case len(msgs) > 0:
+		return viol("run_finished_with_open_messages", "", "RUN_FINISHED while text messages are still open: "+list(msgs))
+	case len(rmsgs) > 0:
+		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning messages are still open: "+list(rmsgs))
+	case len(spans) > 0:
+		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning spans are still open: "+list(spans))
+	case len(calls) > 0:
+		return viol("run_finished_with_open_tool_calls", "", "RUN_FINISHED while tool calls are still open: "+list(calls))
+	case len(subs) > 0:
+		return viol("run_finished_with_active_subagents", "", "RUN_FINISHED while subagents are still active: "+strings.Join(subs, ", "))
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package agui
+
+import (
+	"github.com/valyala/fastjson"
+)
+
+// Stream is the state machine for one consumer response stream. It reads each
+// upstream event, checks it against the AG-UI 1.0 schema and sequence rules,
+// applies the tool-call rules (fabricated answers dropped, pending list set)
+// and says what the consumer must receive.
+//
+// A Stream is not safe for concurrent use; one goroutine feeds it.
+type Stream struct {
+	in   *RunInput
+	opts Options
+
+	p  fastjson.Parser
+	sc scanner
+
+	cbuf []byte // compacted event
+	rbuf []byte // rewritten event
+	tbuf []byte // scratch for nested rewrites
+	ebuf []byte // aguard's own RUN_ERROR
+
+	done bool
+
+	// verifyEvents' stream-level flags.
+	first      bool // a known event has been seen
+	runStarted bool
+	runDone    bool // RUN_FINISHED seen in the current run
+	runErr     bool // RUN_ERROR seen (last terminal)
+
+	run   runState
+	lanes []lane
+
+	// Compat-layer THINKING_* translation state (not reset per run, as in
+	// the client): the minted id of the current span/message, 0 if none.
+	thinkSpan, thinkMsg, mint int
+
+	// frontend holds ids of calls known (from the stream, the echo or
+	// snapshots) to name an advertised tool. It lives for the whole stream:
+	// a result may answer a call from an earlier run.
+	frontend map[string]struct{}
+	// answered holds the ids answered by a forwarded TOOL_CALL_RESULT in the
+	// current run.
+	answered map[string]struct{}
+
+	pending []string // scratch: the pending list at RUN_FINISHED
+}
+
+// maxFrontendIDs bounds the frontend-call index of one stream.
+const maxFrontendIDs = 1 << 16
+
+// NewStream returns the state machine for one response to the run input in.
+// in may be nil (no advertised tools, nothing answered).
+func NewStream(in *RunInput, opts Options) *Stream {
+	return &Stream{
+		in:       in,
+		opts:     opts,
+		run:      newRunState(),
+		frontend: map[string]struct{}{},
+		answered: map[string]struct{}{},
+	}
+}
+
+// Feed processes the JSON text of one upstream SSE event (its data lines
+// already joined with "\n") and fills b, after resetting it, with what the
+// consumer must receive. Events aguard does not change are forwarded as their
+// original bytes when they arrived compact (b.Out[i].JSON then aliases data),
+// compacted otherwise. After the stream has ended, Feed returns an empty batch
+// with Done set.
+func (s *Stream) Feed(data []byte, b *Batch) {
+	b.Reset()
+	if s.done {
+		b.Done = true
+		return
+	}
+	compact, serr := s.sc.scan(data)
+	if serr != nil {
+		s.malformed(b, data, "", "event is not valid JSON: "+serr.Error())
+		return
+	}
+	out := data
+	if !compact {
+		s.cbuf = appendCompact(s.cbuf[:0], data)
+		out = s.cbuf
+	}
+	v, err := s.p.ParseBytes(data)
+	if err != nil {
+		s.malformed(b, out, "", "event is nested too deeply to be read")
+		return
+	}
+	o, err := v.Object()
+	if err != nil {
+		s.malformed(b, out, "", "event is not a JSON object")
+		return
+	}
+	tv := o.Get("type")
+	if tv == nil || tv.Type() != fastjson.TypeString {
+		s.malformed(b, out, "", "event has no string type")
+		return
+	}
+	typ := tv.GetStringBytes()
+	spec := specFor(typ)
+	if spec == nil {
+		// Unknown types: the 1.0 client drops them with a warning before
+		// any sequence rule sees them; aguard passes them through.
+		b.InType = string(typ)
+		if countKey(o, "type") > 1 {
+			s.malformed(b, out, b.InType, "event has more than one type member")
+			return
+		}
+		s.emit(b, b.InType, out)
+		return
+	}
+	b.InType = spec.typ
+	unknown, fe := checkObject(o, spec.fields)
+	if fe != nil {
+		s.malformed(b, out, spec.typ, spec.typ+" has a malformed field: "+fe.Error())
+		return
+	}
+	e := ev{typ: spec.typ, v: v, out: out, unknown: unknown}
+	if vi := s.apply(&e, b); vi != nil {
+		if s.fatal(b, vi) {
+			return
+		}
+	}
+	if !e.drop {
+		s.emit(b, spec.typ, e.out)
+	}
+}
+
+// ev is the event being processed.
+type ev struct {
+	typ     string
+	v       *fastjson.Value
+	out     []byte // what will be forwarded (original, compacted or rewritten)
+	unknown bool
+	drop    bool
+}
+
+func (e *ev) str(key string) ([]byte, bool) {
+	x := e.v.Get(key)
+	if x == nil || x.Type() != fastjson.TypeString {
+		return nil, false
+	}
+	return x.GetStringBytes(), true
+}
+
+func (e *ev) tag() tag {
+	id, ok := e.str("subagentRunId")
+	return tag{id: id, ok: ok}
+}
+
+// present reports whether key is a member with a non-null value.
+func (e *ev) present(key string) bool {
+	x := e.v.Get(key)
+	return x != nil && x.Type() != fastjson.TypeNull
+}
+
+func (s *Stream) emit(b *Batch, typ string, js []byte) {
+	b.Out = append(b.Out, Event{Type: typ, JSON: js})
+}
+
+// malformed handles an event that is not a well-formed AG-UI event: fatal,
+// nothing of it reaches the consumer. In monitor mode it is noted and
+// forwarded as it came.
+func (s *Stream) malformed(b *Batch, out []byte, typ, msg string) {
+	vi := viol("malformed_event", "", msg)
+	if s.fatal(b, vi) {
+		return
+	}
+	s.emit(b, typ, out)
+}
+
+// fatal records a violation. In enforce mode it ends the stream — with
+// RUN_ERROR AGUARD_PROTOCOL_VIOLATION when a RUN_ERROR is legal here — and
+// returns true; in monitor mode it only notes it and returns false.
+func (s *Stream) fatal(b *Batch, vi *violation) bool {
+	b.Notes = append(b.Notes, Note{Kind: "violation", Rule: vi.rule, ID: vi.id, Message: vi.msg})
+	if s.opts.Monitor {
+		return false
+	}
+	s.end(b, CodeProtocolViolation, vi.rule+": "+vi.msg)
+	return true
+}
+
+// end emits aguard's own RUN_ERROR (unless the last run already ended with
+// one, after which only RUN_STARTED is legal) and marks the stream done.
+func (s *Stream) end(b *Batch, code, message string) {
+	if !s.runErr {
+		e := append(s.ebuf[:0], `{"type":"RUN_ERROR","code":`...)
+		e = appendJSONString(e, code)
+		e = append(e, `,"message":`...)
+		e = appendJSONString(e, message)
+		e = append(e, '}')
+		s.ebuf = e
+		s.emit(b, tRunError, e)
+		s.runErr = true
+	}
+	s.done = true
+	b.Done = true
+}
+
+// End reports that the upstream body ended (err == nil: clean EOF) or broke
+// (err != nil). Unless the current run ended with RUN_FINISHED or RUN_ERROR,
+// the consumer gets RUN_ERROR AGUARD_UPSTREAM_LOST: a truncated run is never
+// reported as a success. b.Done is set.
+func (s *Stream) End(err error, b *Batch) {
+	b.Reset()
+	if s.done {
+		b.Done = true
+		return
+	}
+	if s.first && (s.runDone || s.runErr) {
+		s.done = true
+		b.Done = true
+		return
+	}
+	var msg string
+	switch {
+	case err != nil && !s.first:
+		msg = "the upstream stream broke before any event arrived: " + err.Error()
+	case err != nil:
+		msg = "the upstream stream broke before the run finished: " + err.Error()
+	case !s.first:
+		msg = "the upstream stream ended without any event"
+	default:
+		msg = "the upstream stream ended before the run finished (no RUN_FINISHED or RUN_ERROR)"
+	}
+	b.Notes = append(b.Notes, Note{Kind: "upstream_lost", Message: msg})
+	s.end(b, CodeUpstreamLost, msg)
+}
+
+// Abort ends the consumer stream for a reason outside the stream — an event
+// over the size limit (CodeLimitExceeded), shutdown (CodeShutdown) — with
+// RUN_ERROR {code, message} when a RUN_ERROR is legal at this point (it is not
+// right after a RUN_ERROR). b.Done is set.
+func (s *Stream) Abort(code, message string, b *Batch) {
+	b.Reset()
+	if s.done {
+		b.Done = true
+		return
+	}
+	s.end(b, code, message)
+}
