@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestClientDisconnectCancelsUpstream pins that a consumer leaving a silent
+// stream cancels the agent's request promptly: the agent sends nothing after
+// the first event, so only watching the consumer's connection can notice.
+func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	cancelled := make(chan time.Time, 1)
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		cancelled <- time.Now()
+	}, func(o *Options) { o.Heartbeat = time.Hour })
+	ctx, cancel := context.WithCancel(context.Background())
+	resp := h.post(t, ctx, "/agent", runInput("t", "r"))
+	f := &frames{r: bufio.NewReader(resp.Body)}
+	if _, err := f.next(); err != nil {
+		t.Fatal(err)
+	}
+	left := time.Now()
+	cancel()
+	resp.Body.Close()
+	select {
+	case at := <-cancelled:
+		t.Logf("agent saw the cancellation %s after the consumer left", at.Sub(left))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent's request was not cancelled after the consumer left")
+	}
+	waitFor(t, "the stream to be released", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
+}
+
+// TestHeartbeatInSilence pins the ": ping" comment while the agent is silent.
+func TestHeartbeatInSilence(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`))
+	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	var lines []string
+	for len(lines) < 6 {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+	}
+	close(release)
+	want := []string{"data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n", "\n", ": ping\n", "\n", ": ping\n", "\n"}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Fatalf("line %d = %q, want %q (all: %q)", i, lines[i], want[i], lines)
+		}
+	}
+	rest := readAll(t, r)
+	if len(rest) != 1 || field(t, rest[0], "type") != "RUN_FINISHED" {
+		t.Fatalf("rest = %q", rest)
+	}
+}

@@ -1,0 +1,70 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// TestDrain pins SIGTERM's behaviour: new requests get 503 shutting_down, a
+// stream that finishes within the drain timeout completes normally, and one
+// still running when it runs out ends with RUN_ERROR AGUARD_SHUTDOWN.
+func TestDrain(t *testing.T) {
+	finish := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		if between(string(b), `"runId":"`, `"`) == "quick" {
+			<-finish
+			io.WriteString(w, frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`))
+			return
+		}
+		<-r.Context().Done() // never finishes by itself
+	})
+
+	open := func(run string) (*http.Response, *frames) {
+		resp := h.post(t, context.Background(), "/agent", runInput("t", run))
+		f := &frames{r: bufio.NewReader(resp.Body)}
+		if _, err := f.next(); err != nil {
+			t.Fatal(err)
+		}
+		return resp, f
+	}
+	quick, quickFrames := open("quick")
+	defer quick.Body.Close()
+	slow, slowFrames := open("slow")
+	defer slow.Body.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- h.p.Drain(ctx) }()
+	waitFor(t, "draining to start", time.Second, func() bool { ok, _ := h.p.Ready(); return !ok })
+
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "late"))
+	if e := decodeError(t, resp); resp.StatusCode != 503 || e.Error.Code != "shutting_down" {
+		t.Fatalf("request while draining: got %d %+v", resp.StatusCode, e)
+	}
+	resp.Body.Close()
+
+	close(finish)
+	if ev, err := quickFrames.next(); err != nil || field(t, ev, "type") != "RUN_FINISHED" {
+		t.Fatalf("quick stream: %q %v", ev, err)
+	}
+	ev, err := slowFrames.next()
+	if err != nil || field(t, ev, "type") != "RUN_ERROR" || field(t, ev, "code") != "AGUARD_SHUTDOWN" {
+		t.Fatalf("slow stream: %q %v", ev, err)
+	}
+	if _, err := slowFrames.next(); err != io.EOF {
+		t.Fatalf("slow stream did not end after RUN_ERROR: %v", err)
+	}
+	if err := <-drained; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain = %v, want the deadline error", err)
+	}
+}

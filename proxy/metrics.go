@@ -1,0 +1,89 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// eventTypes are the event types counted under their own label; anything else
+// is counted as "OTHER", so a producer cannot grow the label set.
+var eventTypes = []string{
+	"RUN_STARTED", "RUN_FINISHED", "RUN_ERROR", "STEP_STARTED", "STEP_FINISHED",
+	"TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "TEXT_MESSAGE_CHUNK",
+	"TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END", "TOOL_CALL_CHUNK", "TOOL_CALL_RESULT",
+	"STATE_SNAPSHOT", "STATE_DELTA", "MESSAGES_SNAPSHOT", "ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA",
+	"REASONING_START", "REASONING_END", "REASONING_MESSAGE_START", "REASONING_MESSAGE_CONTENT",
+	"REASONING_MESSAGE_END", "REASONING_MESSAGE_CHUNK", "REASONING_ENCRYPTED_VALUE",
+	"SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR", "RAW", "CUSTOM",
+	"THINKING_START", "THINKING_END", "THINKING_TEXT_MESSAGE_START",
+	"THINKING_TEXT_MESSAGE_CONTENT", "THINKING_TEXT_MESSAGE_END",
+}
+
+// Metrics are the data plane's Prometheus metrics.
+type Metrics struct {
+	streamsOpen    prometheus.Gauge
+	requests       *prometheus.CounterVec
+	eventsIn       map[string]prometheus.Counter
+	eventsOut      map[string]prometheus.Counter
+	bytesIn        prometheus.Counter
+	bytesOut       prometheus.Counter
+	upstreamErrors *prometheus.CounterVec
+	streamEnds     *prometheus.CounterVec
+	notes          *prometheus.CounterVec
+	duration       prometheus.Histogram
+}
+
+// NewMetrics registers the data plane's metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	in := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aguard_events_in_total", Help: "Events read from agents, by type.",
+	}, []string{"type"})
+	out := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aguard_events_out_total", Help: "Events written to consumers, by type.",
+	}, []string{"type"})
+	m := &Metrics{
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_streams_open", Help: "Event streams currently open.",
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_requests_total", Help: "Requests on the data plane, by HTTP status answered.",
+		}, []string{"status"}),
+		eventsIn:  map[string]prometheus.Counter{},
+		eventsOut: map[string]prometheus.Counter{},
+		bytesIn: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_stream_bytes_in_total", Help: "Event data bytes read from agents.",
+		}),
+		bytesOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_stream_bytes_out_total", Help: "Bytes written to consumers, framing included.",
+		}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_upstream_errors_total", Help: "Failures talking to agents, by kind.",
+		}, []string{"kind"}),
+		streamEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_streams_ended_total", Help: "Event streams ended, by how they ended.",
+		}, []string{"end"}),
+		notes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_stream_notes_total", Help: "What the stream checks noticed and acted on, by kind.",
+		}, []string{"kind"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "aguard_stream_duration_seconds", Help: "Duration of event streams.",
+			Buckets: []float64{0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600},
+		}),
+	}
+	for _, t := range append(eventTypes, "OTHER") {
+		m.eventsIn[t] = in.WithLabelValues(t)
+		m.eventsOut[t] = out.WithLabelValues(t)
+	}
+	reg.MustRegister(m.streamsOpen, m.requests, in, out, m.bytesIn, m.bytesOut,
+		m.upstreamErrors, m.streamEnds, m.notes, m.duration)
+	return m
+}
+
+// count looks a per-type counter up without allocating; the maps are never
+// written after NewMetrics.
+func count(m map[string]prometheus.Counter, typ string) {
+	c, ok := m[typ]
+	if !ok {
+		c = m["OTHER"]
+	}
+	c.Inc()
+}

@@ -1,0 +1,363 @@
+// Package proxy is aguard's data plane: a fasthttp server that takes a
+// consumer's RunAgentInput, forwards it unchanged to the agent server, and
+// streams the agent's events back through an agui.Stream, event by event,
+// flushed per event.
+//
+// Package proxy owns the HTTP edges (request checks, the upstream client,
+// framing, heartbeats, disconnects, draining) and nothing of the protocol:
+// what an event means and what to do about it is package agui's.
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aguard/aguard/agui"
+	"github.com/valyala/fasthttp"
+)
+
+// Route sends requests whose path starts with Path to the agent server at
+// Upstream.
+type Route struct {
+	Path     string
+	Upstream string
+}
+
+// Options configure a Proxy. Zero durations and sizes take the defaults of
+// aguard serve.
+type Options struct {
+	// Upstream is the agent server's base URL for requests no route matches.
+	Upstream string
+	// Routes send path prefixes to other agent servers; the longest match wins.
+	Routes []Route
+	// MaxBody is the largest RunAgentInput accepted (413 too_large above it).
+	MaxBody int64
+	// MaxEvent is the largest single event accepted from an agent.
+	MaxEvent int64
+	// Heartbeat is the silence after which a ": ping" comment is written.
+	Heartbeat time.Duration
+	// UpstreamTimeout bounds connecting to the agent and receiving its
+	// response headers.
+	UpstreamTimeout time.Duration
+	// Monitor makes the stream checks decide and log everything but change
+	// nothing.
+	Monitor bool
+	// MaxUpstreamConns bounds the open connections to each agent server, one
+	// per running stream.
+	MaxUpstreamConns int
+	Logger           *slog.Logger
+	Metrics          *Metrics
+}
+
+// stalledConsumer is how long a consumer may accept no bytes at all before
+// its stream is ended; a consumer that reads slowly is back-pressured, never
+// buffered without bound.
+const stalledConsumer = 2 * time.Minute
+
+// Proxy is the data plane. Create it with New, serve with Serve, stop with
+// Drain then Close.
+type Proxy struct {
+	opt       Options
+	log       *slog.Logger
+	m         *Metrics
+	upstreams []*upstream // routes, longest prefix first; the default last
+	server    *fasthttp.Server
+
+	draining atomic.Bool
+	abort    chan struct{} // closed when the drain timeout has run out
+	abortMu  sync.Once
+
+	mu     sync.Mutex
+	active int // streams and requests in flight
+}
+
+// New checks opt and builds a Proxy.
+func New(opt Options) (*Proxy, error) {
+	if opt.MaxBody <= 0 {
+		opt.MaxBody = 8 << 20
+	}
+	if opt.MaxEvent <= 0 {
+		opt.MaxEvent = 16 << 20
+	}
+	if opt.Heartbeat <= 0 {
+		opt.Heartbeat = 15 * time.Second
+	}
+	if opt.UpstreamTimeout <= 0 {
+		opt.UpstreamTimeout = 30 * time.Second
+	}
+	if opt.MaxUpstreamConns <= 0 {
+		opt.MaxUpstreamConns = 10000
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Metrics == nil {
+		return nil, errors.New("proxy: Options.Metrics is required")
+	}
+	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, abort: make(chan struct{})}
+	routes := append([]Route(nil), opt.Routes...)
+	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].Path) > len(routes[j].Path) })
+	for _, r := range routes {
+		u, err := newUpstream(r.Upstream, r.Path, opt.MaxUpstreamConns)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: route %s: %w", r.Path, err)
+		}
+		p.upstreams = append(p.upstreams, u)
+	}
+	if opt.Upstream != "" {
+		u, err := newUpstream(opt.Upstream, "", opt.MaxUpstreamConns)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: %w", err)
+		}
+		p.upstreams = append(p.upstreams, u)
+	}
+	if len(p.upstreams) == 0 {
+		return nil, errors.New("proxy: no upstream and no routes")
+	}
+	p.server = &fasthttp.Server{
+		Handler:            p.handle,
+		ErrorHandler:       p.handleReadError,
+		MaxRequestBodySize: int(opt.MaxBody),
+		// ReadTimeout bounds reading a request (slow-loris); WriteTimeout
+		// would be one deadline over the whole response and cut long
+		// streams, so it stays off (streams have their own stall limit).
+		ReadTimeout:           30 * time.Second,
+		IdleTimeout:           120 * time.Second,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		CloseOnShutdown:       true,
+		Name:                  "aguard",
+		Logger:                fasthttpLogger{opt.Logger},
+	}
+	return p, nil
+}
+
+// Serve accepts connections on ln until Close.
+func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
+
+// Ready reports whether the data plane takes new requests, and why not.
+func (p *Proxy) Ready() (bool, string) {
+	if p.draining.Load() {
+		return false, "draining"
+	}
+	return true, ""
+}
+
+// Drain stops taking new requests (they get 503 shutting_down) and waits for
+// running streams to finish. When ctx is done first, running streams end with
+// RUN_ERROR AGUARD_SHUTDOWN, and Drain waits a little more for them to write
+// it; it returns ctx's error then.
+func (p *Proxy) Drain(ctx context.Context) error {
+	p.draining.Store(true)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for p.inFlight() > 0 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			p.abortMu.Do(func() { close(p.abort) })
+			deadline := time.Now().Add(5 * time.Second)
+			for p.inFlight() > 0 && time.Now().Before(deadline) {
+				<-tick.C
+			}
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Close stops the server and closes every connection.
+func (p *Proxy) Close() error {
+	err := p.server.Shutdown()
+	for _, u := range p.upstreams {
+		u.client.CloseIdleConnections()
+	}
+	return err
+}
+
+func (p *Proxy) inFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.active
+}
+
+func (p *Proxy) enter() {
+	p.mu.Lock()
+	p.active++
+	p.mu.Unlock()
+}
+
+func (p *Proxy) leave() {
+	p.mu.Lock()
+	p.active--
+	p.mu.Unlock()
+}
+
+func (p *Proxy) route(path []byte) *upstream {
+	for _, u := range p.upstreams {
+		if u.prefix == "" || bytes.HasPrefix(path, []byte(u.prefix)) {
+			return u
+		}
+	}
+	return nil
+}
+
+func (p *Proxy) handleReadError(ctx *fasthttp.RequestCtx, err error) {
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, errTooLarge,
+			fmt.Sprintf("request body is larger than the limit of %d bytes", p.opt.MaxBody))
+		return
+	}
+	p.fail(ctx, fasthttp.StatusBadRequest, "bad_request", "cannot read request: "+err.Error())
+}
+
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, status int, code, message string) {
+	writeError(ctx, status, code, message)
+	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+}
+
+// handle serves one request. A POST is a run: its body must be a
+// RunAgentInput, and a 2xx text/event-stream answer is streamed through the
+// checks. Anything else (other methods, error answers, other content) passes
+// through unchanged.
+func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
+	p.enter()
+	streaming := false
+	defer func() {
+		if !streaming {
+			p.leave()
+		}
+	}()
+	if p.draining.Load() {
+		p.fail(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown, "aguard is shutting down")
+		return
+	}
+	up := p.route(ctx.Path())
+	if up == nil {
+		p.fail(ctx, fasthttp.StatusNotFound, errNoRoute, "no route for path "+strconv.Quote(string(ctx.Path())))
+		return
+	}
+	run := ctx.IsPost()
+	var in *agui.RunInput
+	if run {
+		var err error
+		if in, err = agui.ParseRunInput(ctx.PostBody()); err != nil {
+			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
+			return
+		}
+	}
+
+	req := fasthttp.AcquireRequest()
+	ctx.Request.CopyTo(req)
+	stripHopHeaders(&req.Header)
+	req.Header.ResetConnectionClose()
+	req.SetRequestURI(up.target(ctx.RequestURI()))
+	req.Header.SetHostBytes(req.URI().Host())
+	appendForwardedFor(&req.Header, ctx.RemoteIP())
+	if run {
+		// aguard reads SSE only; an agent that could answer in protobuf or
+		// compressed must not.
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Accept-Encoding", "identity")
+	}
+	resp := fasthttp.AcquireResponse()
+	err := up.client.DoTimeout(req, resp, p.opt.UpstreamTimeout)
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fasthttp.ReleaseResponse(resp)
+		status := upstreamStatus(err)
+		p.m.upstreamErrors.WithLabelValues(strconv.Itoa(status)).Inc()
+		p.log.Warn("agent unreachable", "upstream", up.base.Redacted(), "err", err)
+		p.fail(ctx, status, errUpstreamUnavailable, "agent server unreachable: "+err.Error())
+		return
+	}
+	liftReadDeadline(resp)
+	status := resp.StatusCode()
+	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+	if !run || status < 200 || status > 299 || !isEventStream(resp.Header.ContentType()) {
+		passThrough(ctx, resp)
+		return
+	}
+	streaming = true
+	p.startStream(ctx, resp, in, up)
+}
+
+// fasthttpLogger sends fasthttp's own messages (connections it could not
+// serve) to the structured log at debug level: each has already been answered
+// with an HTTP error and counted.
+type fasthttpLogger struct{ log *slog.Logger }
+
+func (l fasthttpLogger) Printf(format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {
+	if ip == nil || ip.IsUnspecified() {
+		return
+	}
+	if prior := h.Peek("X-Forwarded-For"); len(prior) > 0 {
+		h.Set("X-Forwarded-For", string(prior)+", "+ip.String())
+		return
+	}
+	h.Set("X-Forwarded-For", ip.String())
+}
+
+func isEventStream(ct []byte) bool {
+	mt, _, _ := strings.Cut(string(ct), ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
+// copyResponseHeaders copies the agent's response headers to the consumer's,
+// less the hop-by-hop ones and those in skip.
+func copyResponseHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHeader, skip ...string) {
+	var hdr fasthttp.ResponseHeader
+	src.CopyTo(&hdr)
+	stripHopHeaders(&hdr)
+	for _, name := range skip {
+		hdr.Del(name)
+	}
+	for k, v := range hdr.All() {
+		dst.AddBytesKV(k, v)
+	}
+	if ct := hdr.ContentType(); len(ct) > 0 && !slicesContainsFold(skip, "Content-Type") {
+		dst.SetContentTypeBytes(ct)
+	}
+}
+
+func slicesContainsFold(list []string, s string) bool {
+	for _, v := range list {
+		if strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// passThrough sends the agent's answer to the consumer unchanged: status,
+// headers (less hop-by-hop) and body, streamed.
+func passThrough(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
+	ctx.SetStatusCode(resp.StatusCode())
+	copyResponseHeaders(&ctx.Response.Header, &resp.Header, "Content-Length")
+	body := resp.BodyStream()
+	if body == nil {
+		ctx.SetBody(resp.Body())
+		fasthttp.ReleaseResponse(resp)
+		return
+	}
+	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer fasthttp.ReleaseResponse(resp)
+		io.Copy(w, body)
+	})
+}

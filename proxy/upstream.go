@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// upstream is one agent server: its base URL and a streaming client for it.
+type upstream struct {
+	base   *url.URL
+	prefix string // route path prefix; "" for the default upstream
+	client *fasthttp.HostClient
+}
+
+func newUpstream(rawURL, prefix string, maxConns int) (*upstream, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		if u.Scheme == "https" {
+			addr = net.JoinHostPort(u.Hostname(), "443")
+		} else {
+			addr = net.JoinHostPort(u.Hostname(), "80")
+		}
+	}
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	hc := &fasthttp.HostClient{
+		Addr:  addr,
+		IsTLS: u.Scheme == "https",
+		// Streams are read as they arrive; fasthttp's ReadTimeout and
+		// MaxResponseBodySize would stay armed over the whole body and cut
+		// long runs, so both stay off. The header deadline is set per request
+		// (DoTimeout) and lifted once the headers are in (see trackedConn).
+		StreamResponseBody:            true,
+		MaxConns:                      maxConns,
+		MaxConnWaitTimeout:            5 * time.Second,
+		DisableHeaderNamesNormalizing: true,
+		DisablePathNormalizing:        true,
+		NoDefaultUserAgentHeader:      true,
+		Dial: func(addr string) (net.Conn, error) {
+			c, err := d.Dial("tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return newTrackedConn(c), nil
+		},
+	}
+	return &upstream{base: u, prefix: prefix, client: hc}, nil
+}
+
+// target builds the upstream URL: the base URL with the request URI's path
+// appended, and its query kept.
+func (u *upstream) target(requestURI []byte) string {
+	base := *u.base
+	path, query, _ := strings.Cut(string(requestURI), "?")
+	base.Path = strings.TrimSuffix(base.Path, "/") + path
+	base.RawPath = ""
+	base.RawQuery = query
+	return base.String()
+}
+
+// trackedConn is the connection the upstream client dials. fasthttp arms the
+// connection's read deadline for DoTimeout and, with a streamed body, leaves
+// it armed while the body is read, which would cut a long run. The response
+// reports the connection's LocalAddr, so the address carries a way back to the
+// connection: once the headers are in, the proxy lifts the deadline.
+type trackedConn struct {
+	net.Conn
+	addr trackedAddr
+}
+
+type trackedAddr struct {
+	net.Addr
+	conn *trackedConn
+}
+
+func newTrackedConn(c net.Conn) *trackedConn {
+	tc := &trackedConn{Conn: c}
+	tc.addr = trackedAddr{Addr: c.LocalAddr(), conn: tc}
+	return tc
+}
+
+func (c *trackedConn) LocalAddr() net.Addr { return &c.addr }
+
+// liftReadDeadline removes the header deadline from the connection that
+// carried resp.
+func liftReadDeadline(resp *fasthttp.Response) {
+	if a, ok := resp.LocalAddr().(*trackedAddr); ok {
+		a.conn.Conn.SetReadDeadline(time.Time{})
+	}
+}
+
+// upstreamStatus maps an error of the upstream request to the HTTP status the
+// consumer gets: 504 when the agent did not answer in time, 502 otherwise.
+func upstreamStatus(err error) int {
+	var ne net.Error
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
+		errors.Is(err, fasthttp.ErrTLSHandshakeTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+		return fasthttp.StatusGatewayTimeout
+	}
+	return fasthttp.StatusBadGateway
+}
+
+// hopHeaders are the hop-by-hop headers (RFC 9110 §7.6.1) a proxy must not
+// forward, plus those named in Connection.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func stripHopHeaders(h interface {
+	Peek(string) []byte
+	Del(string)
+}) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for name := range strings.SplitSeq(string(c), ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
