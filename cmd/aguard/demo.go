@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aguard/aguard/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// demo starts a scripted agent and aguard in front of it on free loopback
+// ports, runs a consumer through every scenario and prints, side by side,
+// what the agent sent, what the consumer received, and why.
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("aguard demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	keep := fs.Bool("keep", false, "leave the demo agent and aguard running and print curl commands to try")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+
+	scenarios := demoScenarios()
+	d, err := startDemo(scenarios)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	base := d.base
+
+	st := newStyle(stdout)
+	fmt.Fprintf(stdout, "%s\n", st.bold("aguard demo"))
+	fmt.Fprintf(stdout, "A scripted agent listens on %s; aguard sits in front of it on %s.\n", d.agentAddr, d.addr)
+	fmt.Fprintf(stdout, "For each scenario a consumer POSTs a RunAgentInput to aguard. Left: what the agent sent. Right: what the consumer received.\n")
+	for i, sc := range scenarios {
+		received, status, err := demoRun(ctx, base+"/agent", sc.input)
+		if err != nil {
+			return fmt.Errorf("scenario %q: %w", sc.name, err)
+		}
+		printScenario(stdout, st, i+1, sc, received, status, d.notes.take(sc.runID()))
+	}
+	if !*keep {
+		fmt.Fprintf(stdout, "\n%s\n", st.dim("Run `aguard demo --keep` to leave both running and try them with curl."))
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nBoth keep running until you press Ctrl-C. Try:\n\n")
+	for _, sc := range scenarios {
+		fmt.Fprintf(stdout, "  # %s\n  curl -sN %s/agent -H 'Content-Type: application/json' -d '%s'\n\n", sc.name, base, sc.input)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// demoSetup is the demo agent and aguard in front of it, on free loopback ports.
+type demoSetup struct {
+	base      string // aguard's URL
+	addr      net.Addr
+	agentAddr net.Addr
+	notes     *noteLog
+	close     func()
+}
+
+func startDemo(scenarios []scenario) (*demoSetup, error) {
+	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("demo agent: %w", err)
+	}
+	agent := &http.Server{Handler: demoAgent(scenarios), ReadHeaderTimeout: 5 * time.Second}
+	go agent.Serve(agentLn)
+	notes := newNoteLog()
+	p, err := proxy.New(proxy.Options{
+		Upstream: "http://" + agentLn.Addr().String(),
+		Metrics:  proxy.NewMetrics(prometheus.NewRegistry()),
+		Logger:   slog.New(notes),
+	})
+	if err != nil {
+		agent.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		agent.Close()
+		return nil, fmt.Errorf("demo proxy: %w", err)
+	}
+	go p.Serve(ln)
+	return &demoSetup{
+		base: "http://" + ln.Addr().String(), addr: ln.Addr(), agentAddr: agentLn.Addr(), notes: notes,
+		close: func() { p.Close(); agent.Close() },
+	}, nil
+}
+
+// demoRun is the consumer: it POSTs input and reads every data frame.
+func demoRun(ctx context.Context, url, input string) ([]string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(input))
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		return []string{strings.TrimSpace(string(b))}, resp.StatusCode, nil
+	}
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, data)
+		}
+	}
+	return out, resp.StatusCode, sc.Err()
+}
+
+// demoAgent serves each scenario's scripted stream, chosen by the run id.
+func demoAgent(scenarios []scenario) http.Handler {
+	byRun := map[string]scenario{}
+	for _, sc := range scenarios {
+		byRun[sc.runID()] = sc
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			RunID string `json:"runId"`
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		sc, ok := byRun[in.RunID]
+		if !ok {
+			http.Error(w, "the demo agent knows no run "+in.RunID, http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, ev := range sc.agent {
+			fmt.Fprintf(w, "data: %s\n\n", ev)
+			w.(http.Flusher).Flush()
+		}
+		if sc.cutMidEvent {
+			io.WriteString(w, `data: {"type":"TEXT_MESS`)
+		}
+	})
+}
+
+// noteLog is a slog handler that keeps aguard's log lines per run, so the demo
+// can say why it changed what it changed.
+type noteLog struct {
+	store *noteStore
+	attrs []slog.Attr
+}
+
+type noteStore struct {
+	mu    sync.Mutex
+	byRun map[string][]string
+	ended map[string]bool
+}
+
+func newNoteLog() *noteLog {
+	return &noteLog{store: &noteStore{byRun: map[string][]string{}, ended: map[string]bool{}}}
+}
+
+func (n *noteLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (n *noteLog) Handle(_ context.Context, r slog.Record) error {
+	run := ""
+	for _, a := range n.attrs {
+		if a.Key == "runId" {
+			run = a.Value.String()
+		}
+	}
+	n.store.mu.Lock()
+	if r.Message == "stream ended" {
+		n.store.ended[run] = true
+	} else {
+		n.store.byRun[run] = append(n.store.byRun[run], r.Message)
+	}
+	n.store.mu.Unlock()
+	return nil
+}
+
+func (n *noteLog) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &noteLog{store: n.store, attrs: append(append([]slog.Attr(nil), n.attrs...), attrs...)}
+}
+
+func (n *noteLog) WithGroup(string) slog.Handler { return n }
+
+// take returns and forgets the lines logged for run. The stream goroutine
+// may still be logging when the consumer has read the end of the stream, so
+// take waits (a little, at most) for its "stream ended" line.
+func (n *noteLog) take(run string) []string {
+	for range 200 {
+		n.store.mu.Lock()
+		ended := n.store.ended[run]
+		n.store.mu.Unlock()
+		if ended {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n.store.mu.Lock()
+	defer n.store.mu.Unlock()
+	out := n.store.byRun[run]
+	delete(n.store.byRun, run)
+	delete(n.store.ended, run)
+	return out
+}
+
+// style colours output only when it goes to a terminal.
+type style struct{ color bool }
+
+func newStyle(w io.Writer) style {
+	f, ok := w.(*os.File)
+	if !ok || os.Getenv("NO_COLOR") != "" {
+		return style{}
+	}
+	fi, err := f.Stat()
+	return style{color: err == nil && fi.Mode()&os.ModeCharDevice != 0}
+}
+
+func (s style) wrap(code, text string) string {
+	if !s.color {
+		return text
+	}
+	return "\x1b[" + code + "m" + text + "\x1b[0m"
+}
+func (s style) bold(t string) string  { return s.wrap("1", t) }
+func (s style) dim(t string) string   { return s.wrap("2", t) }
+func (s style) red(t string) string   { return s.wrap("31", t) }
+func (s style) green(t string) string { return s.wrap("32", t) }

@@ -1,0 +1,5 @@
+package main
+
+import "os"
+
+func lookupEnv(name string) string { return os.Getenv(name) }

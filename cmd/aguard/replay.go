@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/sse"
+)
+
+// replayReport is the JSON report of one replay: what aguard decided and why.
+type replayReport struct {
+	EventsIn  int         `json:"eventsIn"`
+	EventsOut int         `json:"eventsOut"`
+	Notes     []agui.Note `json:"notes"`
+	// End is how the consumer's stream ended: "completed" (the recorded body
+	// ended), "ended" (aguard ended it) or "limit_exceeded".
+	End string `json:"end"`
+}
+
+// replay runs one recorded upstream body through the stream checks, offline,
+// and writes the stream the consumer would receive.
+func replay(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("aguard replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	inputPath := fs.String("input", "", "the RunAgentInput JSON the recorded body answered (required)")
+	reportPath := fs.String("report", "", "write the JSON report here instead of stderr")
+	mode := fs.String("mode", "enforce", "enforce, or monitor")
+	maxEvent := fs.String("max-event", "16MiB", "largest single event accepted")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--report FILE] upstream.sse")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *inputPath == "" || fs.NArg() != 1 {
+		fs.Usage()
+		return errors.New("replay: --input and one recorded body are required")
+	}
+	if *mode != "enforce" && *mode != "monitor" {
+		return fmt.Errorf("replay: --mode: want enforce or monitor, got %q", *mode)
+	}
+	limit, err := config.ParseSize(*maxEvent)
+	if err != nil {
+		return fmt.Errorf("replay: --max-event: %w", err)
+	}
+	raw, err := os.ReadFile(*inputPath)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	in, err := agui.ParseRunInput(raw)
+	if err != nil {
+		return fmt.Errorf("replay: %s: %w", *inputPath, err)
+	}
+	body, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	defer body.Close()
+
+	out := bufio.NewWriter(stdout)
+	report := replayReport{Notes: []agui.Note{}}
+	st := agui.NewStream(in, agui.Options{Monitor: *mode == "monitor"})
+	var b agui.Batch
+	emit := func() error {
+		report.Notes = append(report.Notes, b.Notes...)
+		for _, ev := range b.Out {
+			report.EventsOut++
+			if err := sse.WriteFrame(out, ev.JSON); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	report.End = "completed"
+	for data, rerr := range sse.Events(body, int(limit)) {
+		switch {
+		case errors.Is(rerr, sse.ErrEventTooLarge):
+			st.Abort(agui.CodeLimitExceeded, rerr.Error(), &b)
+			report.End = "limit_exceeded"
+		case rerr != nil:
+			st.End(rerr, &b)
+		default:
+			report.EventsIn++
+			st.Feed(data, &b)
+			if b.Done {
+				report.End = "ended"
+			}
+		}
+		if err := emit(); err != nil {
+			return err
+		}
+		if b.Done {
+			break
+		}
+	}
+	if !b.Done {
+		st.End(nil, &b)
+		if err := emit(); err != nil {
+			return err
+		}
+	}
+	if err := out.Flush(); err != nil {
+		return err
+	}
+	rep, _ := json.MarshalIndent(report, "", "  ")
+	rep = append(rep, '\n')
+	if *reportPath != "" {
+		return os.WriteFile(*reportPath, rep, 0o644)
+	}
+	_, err = stderr.Write(rep)
+	return err
+}

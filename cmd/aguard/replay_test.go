@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReplay pins `aguard replay`: the consumer's stream on stdout, and a
+// report of what was decided.
+func TestReplay(t *testing.T) {
+	dir := t.TempDir()
+	input := filepath.Join(dir, "in.json")
+	body := filepath.Join(dir, "up.sse")
+	report := filepath.Join(dir, "report.json")
+	os.WriteFile(input, []byte(demoInput("run-1")), 0o600)
+	os.WriteFile(body, []byte(strings.Join([]string{
+		`data: {"type":"RUN_STARTED","threadId":"demo-thread","runId":"run-1"}`,
+		`data: {"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm_order"}`,
+		`data: {"type":"TOOL_CALL_END","toolCallId":"c1"}`,
+		`data: {"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c1","content":"done"}`,
+		`data: {"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-1"}`,
+	}, "\n\n")+"\n\n"), 0o600)
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--input", input, "--report", report, body}, &out, &errOut); code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errOut.String())
+	}
+	want := "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"demo-thread\",\"runId\":\"run-1\"}\n\n" +
+		"data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"confirm_order\"}\n\n" +
+		"data: {\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}\n\n" +
+		"data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"demo-thread\",\"runId\":\"run-1\",\"outcome\":{\"type\":\"success\",\"pendingToolCallIds\":[\"c1\"]}}\n\n"
+	if out.String() != want {
+		t.Fatalf("stdout:\n%s\nwant:\n%s", out.String(), want)
+	}
+	var rep replayReport
+	b, _ := os.ReadFile(report)
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("report: %v: %s", err, b)
+	}
+	kinds := []string{}
+	for _, n := range rep.Notes {
+		kinds = append(kinds, n.Kind)
+	}
+	if rep.EventsIn != 5 || rep.EventsOut != 4 || rep.End != "completed" ||
+		strings.Join(kinds, ",") != "fabricated_result,pending_added" {
+		t.Fatalf("report = %+v", rep)
+	}
+}
+
+// TestReplayErrors pins the usage and input errors.
+func TestReplayErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"threadId":"t"}`), 0o600)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay"}, "--input and one recorded body are required"},
+		{[]string{"replay", "--input", bad, "x.sse"}, "bad.json: "},
+		{[]string{"replay", "--input", filepath.Join(dir, "none.json"), "x.sse"}, "no such file"},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), tt.args, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), tt.want) {
+			t.Errorf("%v: exit %d, stderr %q, want it to contain %q", tt.args, code, errOut.String(), tt.want)
+		}
+	}
+}

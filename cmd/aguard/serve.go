@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/aguard/aguard/admin"
+	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// serve runs the proxy until ctx is done (SIGTERM), then drains.
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := config.Load(args, lookupEnv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogFormat, stderr)
+	ready, err := startServe(cfg, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return ready.shutdown(cfg.DrainTimeout)
+}
+
+// running is a started proxy with its admin listener.
+type running struct {
+	proxy     *proxy.Proxy
+	admin     *http.Server
+	addr      net.Addr
+	adminAddr net.Addr
+	log       *slog.Logger
+	serveErr  chan error
+}
+
+func startServe(cfg *config.Config, log *slog.Logger) (*running, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	routes := make([]proxy.Route, len(cfg.Routes))
+	for i, r := range cfg.Routes {
+		routes[i] = proxy.Route{Path: r.Path, Upstream: r.Upstream}
+	}
+	p, err := proxy.New(proxy.Options{
+		Upstream:        cfg.Upstream,
+		Routes:          routes,
+		MaxBody:         cfg.MaxBody,
+		MaxEvent:        cfg.MaxEvent,
+		Heartbeat:       cfg.Heartbeat,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		Monitor:         cfg.Mode == "monitor",
+		Logger:          log,
+		Metrics:         proxy.NewMetrics(reg),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("data plane: %w", err)
+	}
+	adminLn, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("admin listener: %w", err)
+	}
+	r := &running{
+		proxy: p, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		admin: &http.Server{
+			Handler: admin.Handler(admin.Options{
+				Token:    cfg.AdminToken,
+				Gatherer: reg,
+				Ready:    []admin.Check{p.Ready},
+			}),
+			ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout:       30 * time.Second,
+			IdleTimeout:       120 * time.Second,
+		},
+	}
+	go func() { r.serveErr <- p.Serve(ln) }()
+	go func() {
+		if err := r.admin.Serve(adminLn); !errors.Is(err, http.ErrServerClosed) {
+			r.serveErr <- err
+		}
+	}()
+	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
+		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode)
+	return r, nil
+}
+
+// shutdown drains running streams for up to timeout, then stops both listeners.
+func (r *running) shutdown(timeout time.Duration) error {
+	r.log.Info("draining", "timeout", timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := r.proxy.Drain(ctx); err != nil {
+		r.log.Warn("drain timeout ran out; running streams ended with AGUARD_SHUTDOWN")
+	}
+	err := r.proxy.Close()
+	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer acancel()
+	r.admin.Shutdown(actx)
+	r.log.Info("stopped")
+	return err
+}
+
+func newLogger(format string, w io.Writer) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}

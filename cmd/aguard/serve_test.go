@@ -1,0 +1,213 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// buildAguard compiles the binary once per test run.
+func buildAguard(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "aguard-test-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "aguard")
+		if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// started is a running aguard process with the addresses it logged.
+type started struct {
+	cmd         *exec.Cmd
+	listen      string
+	admin       string
+	stderrLines chan string
+}
+
+func startAguard(t *testing.T, bin string, args ...string) *started {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(os.Environ(), "AGUARD_LOG_FORMAT=text")
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	s := &started{cmd: cmd, stderrLines: make(chan string, 100)}
+	sc := bufio.NewScanner(stderr)
+	re := regexp.MustCompile(`listen=(\S+) admin=(\S+)`)
+	deadline := time.After(10 * time.Second)
+	for s.listen == "" {
+		lines := make(chan string)
+		go func() {
+			if sc.Scan() {
+				lines <- sc.Text()
+			} else {
+				close(lines)
+			}
+		}()
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatal("aguard exited before listening")
+			}
+			if m := re.FindStringSubmatch(line); m != nil {
+				s.listen, s.admin = m[1], m[2]
+			}
+		case <-deadline:
+			t.Fatal("aguard did not log its addresses")
+		}
+	}
+	go func() {
+		for sc.Scan() {
+			select {
+			case s.stderrLines <- sc.Text():
+			default:
+			}
+		}
+		close(s.stderrLines)
+	}()
+	return s
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestServeProbesMetricsAndSIGTERM runs the real binary: probes answer, metrics
+// count the stream's events, and SIGTERM drains (readiness drops, new runs get
+// 503, the running stream finishes, the process exits 0).
+func TestServeProbesMetricsAndSIGTERM(t *testing.T) {
+	bin := buildAguard(t)
+	release := make(chan struct{})
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"t\",\"runId\":\"r\"}\n\n")
+	}))
+	defer agent.Close()
+	a := startAguard(t, bin, "--upstream", agent.URL, "--drain-timeout", "20s")
+
+	if code, body := get(t, "http://"+a.admin+"/healthz"); code != 200 {
+		t.Fatalf("healthz: %d %s", code, body)
+	}
+	if code, body := get(t, "http://"+a.admin+"/readyz"); code != 200 {
+		t.Fatalf("readyz: %d %s", code, body)
+	}
+
+	input := `{"threadId":"t","runId":"r","messages":[]}`
+	resp, err := http.Post("http://"+a.listen+"/agent", "application/json", strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, _ := br.ReadString('\n'); !strings.Contains(line, "RUN_STARTED") {
+		t.Fatalf("first line %q", line)
+	}
+	_, metrics := get(t, "http://"+a.admin+"/metrics")
+	for _, want := range []string{`aguard_events_in_total{type="RUN_STARTED"} 1`, `aguard_streams_open 1`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+
+	a.cmd.Process.Signal(syscall.SIGTERM)
+	waitUntil(t, "readiness to drop", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 503 })
+	late, err := http.Post("http://"+a.listen+"/agent", "application/json", strings.NewReader(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateBody, _ := io.ReadAll(late.Body)
+	late.Body.Close()
+	if late.StatusCode != 503 || !strings.Contains(string(lateBody), "shutting_down") {
+		t.Fatalf("run while draining: %d %s", late.StatusCode, lateBody)
+	}
+
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if !strings.Contains(string(rest), "RUN_FINISHED") {
+		t.Fatalf("running stream did not finish: %q", rest)
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("aguard exited with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("aguard did not exit after draining")
+	}
+}
+
+// TestServeConfigError pins that a bad setting stops aguard with a clear
+// message and exit code 1.
+func TestServeConfigError(t *testing.T) {
+	bin := buildAguard(t)
+	out, err := exec.Command(bin, "serve", "--upstream", "http://a", "--mode", "audit").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v", err)
+	}
+	if !strings.Contains(string(out), `mode (from --mode): want enforce or monitor, got "audit"`) {
+		t.Fatalf("output: %s", out)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; !cond(); i++ {
+		if i > 500 {
+			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
