@@ -1,0 +1,21 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Reference renders the settings table as Markdown, as the README shows it.
+func Reference() string {
+	var b strings.Builder
+	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
+	for _, f := range Flags {
+		def := "(none)"
+		if f.Default != "" {
+			def = "`" + f.Default + "`"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, f.Env(), def, strings.ReplaceAll(f.Usage, "|", `\|`))
+	}
+	fmt.Fprintf(&b, "| `--config` | `AGUARD_CONFIG` | (none) | YAML file with settings (keys spelled like the flags) and `routes` |\n")
+	return b.String()
+}
