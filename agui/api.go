@@ -73,4 +73,76 @@ type Options struct {
 	// events are forwarded as they came (compacted), violations do not end the
 	// stream.
 	Monitor bool
+	// Decider decides each tool call once its arguments are complete; nil
+	// allows every call.
+	Decider Decider
+}
+
+// Decision phases: when a Decider is asked about a call.
+const (
+	// PhaseToolCallEnd: the call's arguments are complete (TOOL_CALL_END,
+	// or the end of its chunk stream). "A consumer MUST NOT act on the
+	// arguments before TOOL_CALL_END" (seed 000), so nothing is decided
+	// earlier.
+	PhaseToolCallEnd = "tool_call_end"
+	// PhaseRunFinished: the run finished with the call unanswered and the
+	// call names a tool the run input did not advertise.
+	PhaseRunFinished = "run_finished"
+)
+
+// Verdict actions.
+const (
+	ActionAllow           = "allow"
+	ActionDeny            = "deny"
+	ActionRequireApproval = "require_approval"
+)
+
+// Call is a tool call put to a Decider.
+type Call struct {
+	Phase string
+	ID    string
+	Name  string
+	// Arguments is the complete argument text, as the producer sent it. It
+	// is untrusted and may not be JSON. It aliases the Stream's memory and
+	// is valid only during the Decide call.
+	Arguments []byte
+	// ArgumentsTruncated reports argument text longer than aguard keeps
+	// (1 MiB); Arguments is then its beginning only.
+	ArgumentsTruncated bool
+	ParentMessageID    string
+	SubagentRunID      string
+	// Reopened reports a call closed once and reopened by a new
+	// TOOL_CALL_START; Arguments holds all its text.
+	Reopened bool
+	// Frontend reports that the call names a tool the run input advertised:
+	// the application executes it.
+	Frontend bool
+}
+
+// Verdict is a Decider's answer about a Call.
+type Verdict struct {
+	Action string // ActionAllow, ActionDeny or ActionRequireApproval
+	Reason string
+	// DecisionID identifies the decision in logs and in the signals the
+	// consumer receives.
+	DecisionID string
+	// RequiresApprovalAt is the approval deadline (RFC 3339) stated to the
+	// consumer with ActionRequireApproval. The Stream has no clock; the
+	// Decider computes it.
+	RequiresApprovalAt string
+}
+
+// Decider decides tool calls. The Stream calls it synchronously, from Feed,
+// once per call and phase; the proxy adapts the policy engine to it.
+//
+// What the Stream does with a Verdict (design §3): a denied frontend call is
+// followed by CUSTOM aguard.tool_call_denied and a TOOL_CALL_RESULT stating
+// the denial, so it is no longer pending; a denied agent-side call ends the
+// stream with RUN_ERROR AGUARD_POLICY_DENIED; a frontend call that requires
+// approval is followed by CUSTOM aguard.approval_required and stays pending.
+// An agent-side call cannot be held for approval (the agent executes it
+// itself), so requiring approval of one denies it. At PhaseRunFinished a
+// denied call is declined like a denied frontend call, before RUN_FINISHED.
+type Decider interface {
+	Decide(c *Call) Verdict
 }

@@ -26,6 +26,15 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 			return vi
 		}
 		s.runDone = true
+		// Decisions come before the pending list: a declined call is
+		// answered, so it is no longer pending.
+		s.decideEnded(b, e.typ)
+		if !s.done {
+			s.decideUnadvertised(b)
+		}
+		if s.done {
+			return nil
+		}
 		s.setPending(e, b)
 		return nil
 	case tRunError:

@@ -65,8 +65,8 @@ func generate(data []byte) [][]byte {
 
 // checkRun feeds events through an enforcing Stream and checks the output
 // invariants.
-func checkRun(t *testing.T, in *RunInput, events [][]byte) {
-	s := NewStream(in, Options{})
+func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
+	s := NewStream(in, opts)
 	var b Batch
 	var outs [][]byte
 	collect := func() {
@@ -108,6 +108,23 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte) {
 	t.Fatalf("no terminal event in output:\n%s", bytes.Join(outs, []byte("\n")))
 }
 
+// fuzzDecider gives every verdict, chosen by the call id, in both phases.
+type fuzzDecider struct{}
+
+func (fuzzDecider) Decide(c *Call) Verdict {
+	switch c.ID {
+	case "a":
+		return Verdict{Action: ActionDeny, Reason: "a", DecisionID: "d"}
+	case "b":
+		return Verdict{Action: ActionRequireApproval, Reason: "b", DecisionID: "d", RequiresApprovalAt: "2026-01-01T00:00:00Z"}
+	case "c":
+		if c.Phase == PhaseRunFinished {
+			return Verdict{Action: ActionDeny, Reason: "c", DecisionID: "d"}
+		}
+	}
+	return Verdict{Action: ActionAllow, DecisionID: "d"}
+}
+
 func FuzzStream(f *testing.F) {
 	f.Add([]byte(runStarted + "\n" + `{"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm"}` + "\n" +
 		`{"type":"TOOL_CALL_END","toolCallId":"c1"}` + "\n" + resultC1 + "\n" + runFinished))
@@ -121,8 +138,9 @@ func FuzzStream(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		checkRun(t, in, bytes.Split(data, []byte("\n")))
-		checkRun(t, in, generate(data))
+		checkRun(t, in, bytes.Split(data, []byte("\n")), Options{})
+		checkRun(t, in, generate(data), Options{})
+		checkRun(t, in, generate(data), Options{Decider: fuzzDecider{}})
 		// Monitor mode never ends the stream on its own and never panics.
 		s := NewStream(in, Options{Monitor: true})
 		var b Batch

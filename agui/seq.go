@@ -80,6 +80,8 @@ type call struct {
 	// TOOL_CALL_END reads it.
 	args    []byte
 	argsCut bool
+	// reopened: a TOOL_CALL_START reopened the call after it had closed.
+	reopened bool
 }
 
 // maxArgBytes caps the argument text kept per call (memory bound).
@@ -107,6 +109,9 @@ type runState struct {
 
 	order []*call // calls in first-START order (pending list)
 	seq   int
+	// ended holds the calls whose arguments completed during the event
+	// being processed, for the Decider.
+	ended []*call
 }
 
 func newRunState() runState {
@@ -135,6 +140,7 @@ func (r *runState) reset() {
 	clear(r.thinkMsgs)
 	r.order = r.order[:0]
 	r.seq = 0
+	r.ended = r.ended[:0]
 }
 
 func (r *runState) next() int { r.seq++; return r.seq }
@@ -220,7 +226,9 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 		}
 		r.calls[c.id] = c
 	}
-	if !c.started {
+	if c.started {
+		c.reopened = true
+	} else {
 		c.started = true
 		c.name = string(name)
 		c.parent = string(parent)
@@ -250,6 +258,7 @@ func (r *runState) toolCont(typ string, id, delta []byte, t tag, end bool) *viol
 	}
 	if end {
 		c.open = false
+		r.ended = append(r.ended, c)
 		return nil
 	}
 	if !c.argsCut {

@@ -120,10 +120,26 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		return
 	}
 	e := ev{typ: spec.typ, v: v, out: out, unknown: unknown}
+	s.run.ended = s.run.ended[:0]
 	if vi := s.apply(&e, b); vi != nil {
 		if s.fatal(b, vi) {
 			return
 		}
+	}
+	if s.done {
+		return // a policy ended the stream while applying the event
+	}
+	if e.typ == tToolEnd && !e.drop {
+		// What a verdict on this call calls for follows its END.
+		s.emit(b, spec.typ, e.out)
+		e.drop = true
+	}
+	// Calls whose chunk stream this event closed: the consumer synthesises
+	// their END just before this event, so what the verdict calls for comes
+	// before it too.
+	s.decideEnded(b, e.typ)
+	if s.done {
+		return
 	}
 	if !e.drop {
 		s.emit(b, spec.typ, e.out)

@@ -1,0 +1,138 @@
+package agui
+
+// This file applies a Decider's verdicts to the stream (design §3, the
+// policy rows of the stream-side table).
+
+// decideEnded asks the Decider about every call whose arguments completed
+// during the current event, and emits what each verdict calls for. Events
+// emitted here come before the current event unless the caller has already
+// emitted it (an explicit TOOL_CALL_END, whose consequences follow it).
+func (s *Stream) decideEnded(b *Batch, typ string) {
+	ended := s.run.ended
+	s.run.ended = s.run.ended[:0]
+	if s.opts.Decider == nil || typ == tRunError {
+		return // a run that errored has nothing left to decide
+	}
+	for _, c := range ended {
+		s.decide(b, c, PhaseToolCallEnd)
+		if s.done {
+			return
+		}
+	}
+}
+
+// decideUnadvertised asks the Decider, at RUN_FINISHED, about every call of
+// the run that names a tool the input did not advertise and is still
+// unanswered: left as it is, the consumer would take it for a pending call of
+// its own. "A call naming a tool that was not advertised SHOULD NOT be
+// executed without the same scrutiny a new tool would get" (seed 000).
+func (s *Stream) decideUnadvertised(b *Batch) {
+	if s.opts.Decider == nil {
+		return
+	}
+	for _, c := range s.run.order {
+		if _, ok := s.answered[c.id]; ok || s.in.isFrontend([]byte(c.name)) {
+			continue
+		}
+		s.decide(b, c, PhaseRunFinished)
+		if s.done {
+			return
+		}
+	}
+}
+
+func (s *Stream) decide(b *Batch, c *call, phase string) {
+	frontend := s.in.isFrontend([]byte(c.name))
+	v := s.opts.Decider.Decide(&Call{
+		Phase: phase, ID: c.id, Name: c.name,
+		Arguments: c.args, ArgumentsTruncated: c.argsCut,
+		ParentMessageID: c.parent, SubagentRunID: c.own.id,
+		Reopened: c.reopened, Frontend: frontend,
+	})
+	switch v.Action {
+	case ActionAllow:
+		return
+	case ActionRequireApproval:
+		if frontend && phase == PhaseToolCallEnd {
+			b.Notes = append(b.Notes, Note{Kind: "approval_required", ID: c.id,
+				Message: "tool call '" + c.id + "' (" + c.name + ") requires approval: " + v.Reason + " (decision " + v.DecisionID + ")"})
+			if !s.opts.Monitor {
+				s.emit(b, tCustom, s.approvalRequired(c, v))
+			}
+			return
+		}
+		v.Reason = "requires approval, but aguard cannot hold a call the agent executes itself: " + v.Reason
+	case ActionDeny:
+	default:
+		v.Reason = "the decider answered an unknown action '" + v.Action + "'"
+	}
+	msg := "tool call '" + c.id + "' (" + c.name + ") denied by policy: " + v.Reason + " (decision " + v.DecisionID + ")"
+	b.Notes = append(b.Notes, Note{Kind: "policy_denied", ID: c.id, Message: msg})
+	if s.opts.Monitor {
+		return
+	}
+	if !frontend && phase == PhaseToolCallEnd {
+		// The agent executes its own calls; the only way to stop one is to
+		// end the run and close its stream.
+		s.end(b, CodePolicyDenied, msg)
+		return
+	}
+	// aguard declines the call for the application: "the application
+	// disposes of each unanswered frontend call — executing it, or declining
+	// it" and "a call the user declined is answered by saying so" (seed 000).
+	s.emit(b, tCustom, s.denied(c, v))
+	s.emit(b, tToolResult, s.declineResult(c, v))
+	s.answered[c.id] = struct{}{}
+}
+
+// withTag appends the call owner's subagentRunId, so that aguard's events
+// about a subagent's call are attributed (and close its chunk lane) as the
+// call's own events would be.
+func withTag(dst []byte, c *call) []byte {
+	if c.own.sub {
+		dst = append(dst, `,"subagentRunId":`...)
+		dst = appendJSONString(dst, c.own.id)
+	}
+	return dst
+}
+
+func (s *Stream) denied(c *call, v Verdict) []byte {
+	e := []byte(`{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":`)
+	e = appendJSONString(e, c.id)
+	e = append(e, `,"toolCallName":`...)
+	e = appendJSONString(e, c.name)
+	e = append(e, `,"reason":`...)
+	e = appendJSONString(e, v.Reason)
+	e = append(e, `,"decisionId":`...)
+	e = appendJSONString(e, v.DecisionID)
+	e = append(e, '}')
+	e = withTag(e, c)
+	return append(e, '}')
+}
+
+func (s *Stream) declineResult(c *call, v Verdict) []byte {
+	e := []byte(`{"type":"TOOL_CALL_RESULT","messageId":`)
+	e = appendJSONString(e, "aguard-declined-"+c.id)
+	e = append(e, `,"toolCallId":`...)
+	e = appendJSONString(e, c.id)
+	e = append(e, `,"role":"tool","content":`...)
+	e = appendJSONString(e, "Declined by policy: "+v.Reason)
+	e = withTag(e, c)
+	return append(e, '}')
+}
+
+func (s *Stream) approvalRequired(c *call, v Verdict) []byte {
+	e := []byte(`{"type":"CUSTOM","name":"aguard.approval_required","value":{"toolCallId":`)
+	e = appendJSONString(e, c.id)
+	e = append(e, `,"toolCallName":`...)
+	e = appendJSONString(e, c.name)
+	e = append(e, `,"requiresApprovalAt":`...)
+	e = appendJSONString(e, v.RequiresApprovalAt)
+	e = append(e, `,"reason":`...)
+	e = appendJSONString(e, v.Reason)
+	e = append(e, `,"decisionId":`...)
+	e = appendJSONString(e, v.DecisionID)
+	e = append(e, '}')
+	e = withTag(e, c)
+	return append(e, '}')
+}
