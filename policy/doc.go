@@ -1,0 +1,20 @@
+// Package policy decides, with Open Policy Agent policies evaluated in
+// process, what aguard does with a tool call: allow it, deny it, or hold it
+// for a reviewer's approval.
+//
+// An Engine loads a folder of Rego policies and data files (or the default
+// set embedded from package policies), prepares the query data.aguard.decision
+// once, and evaluates it for each call with an Input shaped as in the design's
+// §4. It fails closed: whatever keeps the policy from deciding — an evaluation
+// error, a timeout, an output of the wrong shape, no policy — is a deny that
+// carries the error. It hot-reloads (Reload, Watch) and keeps the last good
+// policy serving when a new one does not compile (Status reports why).
+// ValidateArguments checks a call's arguments against its tool's parameters
+// JSON Schema, and RunTests runs a policy folder's Rego unit tests as
+// `opa test` does.
+//
+// The package does not read the event stream, emit events, keep the tool-call
+// ledger or wait for approvals: the proxy calls Decide at TOOL_CALL_END and, for
+// unadvertised calls still pending, at RUN_FINISHED, and acts on the Decision.
+// It holds no global state; everything belongs to an Engine.
+package policy

@@ -1,0 +1,358 @@
+package policy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown/print"
+)
+
+// Actions a decision can carry.
+const (
+	// ActionAllow lets the call go ahead.
+	ActionAllow = "allow"
+	// ActionDeny refuses the call; Decide also returns it whenever the
+	// policy could not decide (fail closed).
+	ActionDeny = "deny"
+	// ActionRequireApproval holds the call until a reviewer approves it.
+	ActionRequireApproval = "require_approval"
+)
+
+// defaultTimeout bounds one evaluation when Options.Timeout is zero.
+const defaultTimeout = 100 * time.Millisecond
+
+// Options configures an Engine.
+type Options struct {
+	// Dir is the folder of .rego and data (.json, .yaml, .yml) files, read
+	// recursively; data files are placed at the path of their folder, as
+	// `opa eval -d Dir` does. *_test.rego files are left out. "" selects the
+	// default policy set embedded in the binary (package policies).
+	Dir string
+	// Timeout bounds each evaluation; 0 means 100ms. An evaluation that runs
+	// longer is cancelled and the call denied.
+	Timeout time.Duration
+	// Logger receives one record per decision (decisionId, phase, call id,
+	// tool name, action, reason, revision, duration) and the reload events;
+	// nil discards them. The policy's print() output goes to it at debug level.
+	Logger *slog.Logger
+	// LogArguments adds the call's argument text to the decision records.
+	// Arguments are model output and may hold anything the conversation
+	// held; they are not logged by default.
+	LogArguments bool
+}
+
+// Decision is the outcome of evaluating the policy for one tool call.
+type Decision struct {
+	// Action is ActionAllow, ActionDeny or ActionRequireApproval.
+	Action string
+	// Reason is the policy's explanation, meant for the consumer and the
+	// audit trail. For a fail-closed deny it says what went wrong in general
+	// terms; Err has the details.
+	Reason string
+	// ApprovalTimeout is how long a reviewer has, from the policy's
+	// "approvalTimeout" (a Go duration string such as "10m"); 0 means the
+	// proxy's default.
+	ApprovalTimeout time.Duration
+	// DecisionID identifies the decision in logs, events and the ledger. It
+	// is always set: 32 hex digits, a millisecond timestamp followed by 80
+	// random bits, so that ids sort roughly by time.
+	DecisionID string
+	// Revision names the policy set that decided (see Engine.Status); ""
+	// only when no policy was loaded.
+	Revision string
+	// Err is set when the decision is a fail-closed deny: the evaluation
+	// failed or timed out, the policy's output had the wrong shape, the input
+	// could not be converted, or no policy was loaded.
+	Err error
+}
+
+// Engine evaluates the policy set for tool calls. It is safe for concurrent
+// use: Decide runs against an immutable prepared query that Reload replaces
+// atomically, so in-flight decisions finish on the policy they started with.
+type Engine struct {
+	src     source
+	dir     string
+	timeout time.Duration
+	log     *slog.Logger
+	logArgs bool
+	schemas *schemaCache
+
+	current atomic.Pointer[prepared]
+
+	reloadMu sync.Mutex // serialises loads
+
+	mu       sync.Mutex // guards the fields below
+	lastErr  error      // the last load failure, nil after a good load
+	lastSeen string     // content hash (or read error) of the last load attempt
+}
+
+// prepared is a compiled policy set, ready to evaluate.
+type prepared struct {
+	query    rego.PreparedEvalQuery
+	revision string
+}
+
+// New loads, compiles and prepares the policy set of opt.Dir (or the
+// embedded one). A policy that does not parse or compile, or that does not
+// define data.aguard.decision, is an error naming the file and line; no
+// Engine is returned then.
+func New(ctx context.Context, opt Options) (*Engine, error) {
+	if opt.Timeout < 0 {
+		return nil, fmt.Errorf("policy: negative timeout %v", opt.Timeout)
+	}
+	e := &Engine{
+		src:     newSource(opt.Dir),
+		dir:     opt.Dir,
+		timeout: opt.Timeout,
+		log:     opt.Logger,
+		logArgs: opt.LogArguments,
+		schemas: newSchemaCache(schemaCacheSize),
+	}
+	if e.timeout == 0 {
+		e.timeout = defaultTimeout
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if err := e.Reload(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// prepare compiles snap into a query ready for evaluation. Built-in errors
+// are raised rather than made undefined (rego.StrictBuiltinErrors), so that
+// a rule that fails on a bad regular expression or a type error denies
+// instead of silently not firing.
+func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error) {
+	p, err := parse(snap)
+	if err != nil {
+		return nil, err
+	}
+	c, err := compile(p)
+	if err != nil {
+		return nil, err
+	}
+	rev := snap.revision()
+	pq, err := rego.New(
+		rego.Query(decisionRef.String()),
+		rego.Compiler(c),
+		rego.Store(inmem.NewFromObject(p.data)),
+		rego.StrictBuiltinErrors(true),
+		rego.EnablePrintStatements(true),
+		rego.PrintHook(printLogger{log: e.log, revision: rev}),
+	).PrepareForEval(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &prepared{query: pq, revision: rev}, nil
+}
+
+// Decide evaluates data.aguard.decision for in. It never fails: when the
+// policy cannot decide — no policy loaded, an evaluation error, a timeout, an
+// output that is not {"action","reason","approvalTimeout"} with a known
+// action — it denies and sets Err (fail closed). Every decision is logged.
+func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
+	start := time.Now()
+	d := e.decide(ctx, in)
+	e.logDecision(ctx, in, &d, time.Since(start))
+	return d
+}
+
+func (e *Engine) decide(ctx context.Context, in *Input) Decision {
+	d := Decision{DecisionID: newDecisionID()}
+	p := e.current.Load()
+	if p == nil {
+		return failClosed(d, "no policy is loaded", errors.New("policy: no policy is loaded"))
+	}
+	d.Revision = p.revision
+	if in == nil {
+		return failClosed(d, "policy input is missing", errors.New("policy: nil input"))
+	}
+	v, err := in.astValue()
+	if err != nil {
+		return failClosed(d, "policy input is invalid",
+			fmt.Errorf("policy: build input for call %q (tool %q): %w", in.Call.ID, in.Call.Name, err))
+	}
+
+	if err := ctx.Err(); err != nil {
+		return failClosed(d, "policy evaluation was cancelled",
+			fmt.Errorf("policy: call %q (tool %q) not evaluated: %w", in.Call.ID, in.Call.Name, context.Cause(ctx)))
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.timeout)
+	rs, err := eval(ctx, &p.query, v)
+	ctxErr := ctx.Err()
+	cancel()
+	if err != nil {
+		switch {
+		case errors.Is(ctxErr, context.DeadlineExceeded):
+			return failClosed(d, "policy evaluation timed out",
+				fmt.Errorf("policy: evaluate %v for call %q (tool %q) at revision %s: no decision within %v: %w: %w",
+					decisionRef, in.Call.ID, in.Call.Name, p.revision, e.timeout, context.DeadlineExceeded, err))
+		case ctxErr != nil:
+			return failClosed(d, "policy evaluation was cancelled",
+				fmt.Errorf("policy: evaluate %v for call %q (tool %q) at revision %s: %w: %w",
+					decisionRef, in.Call.ID, in.Call.Name, p.revision, ctxErr, err))
+		}
+		return failClosed(d, "policy evaluation failed",
+			fmt.Errorf("policy: evaluate %v for call %q (tool %q) at revision %s: %w",
+				decisionRef, in.Call.ID, in.Call.Name, p.revision, err))
+	}
+	if err := d.fromResult(rs); err != nil {
+		return failClosed(d, "policy returned an invalid decision",
+			fmt.Errorf("policy: %v for call %q (tool %q) at revision %s: %w",
+				decisionRef, in.Call.ID, in.Call.Name, p.revision, err))
+	}
+	return d
+}
+
+// eval runs the prepared query. A panic inside OPA is turned into an error:
+// the input is model output, and OPA has panicked on some of it (a comparison
+// with a number such as 1e9999999 does in v1.22).
+func eval(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value) (rs rego.ResultSet, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			rs, err = nil, fmt.Errorf("policy engine panic: %v", r)
+		}
+	}()
+	return q.Eval(ctx, rego.EvalParsedInput(input))
+}
+
+// fromResult reads the policy's output into d.
+func (d *Decision) fromResult(rs rego.ResultSet) error {
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return errors.New("the decision is undefined (add a default decision)")
+	}
+	if len(rs) > 1 {
+		return fmt.Errorf("the query has %d results, want one", len(rs))
+	}
+	out, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		return fmt.Errorf("the decision is %s, want an object", typeName(rs[0].Expressions[0].Value))
+	}
+	action, ok := out["action"].(string)
+	switch {
+	case !ok:
+		return fmt.Errorf("decision.action is %s, want a string", typeName(out["action"]))
+	case action != ActionAllow && action != ActionDeny && action != ActionRequireApproval:
+		return fmt.Errorf("decision.action is %q, want %q, %q or %q", action, ActionAllow, ActionDeny, ActionRequireApproval)
+	}
+	reason := ""
+	if r, present := out["reason"]; present {
+		if reason, ok = r.(string); !ok {
+			return fmt.Errorf("decision.reason is %s, want a string", typeName(r))
+		}
+	}
+	var timeout time.Duration
+	if t, present := out["approvalTimeout"]; present {
+		s, ok := t.(string)
+		if !ok {
+			return fmt.Errorf("decision.approvalTimeout is %s, want a duration string such as \"10m\"", typeName(t))
+		}
+		if s != "" {
+			var err error
+			if timeout, err = time.ParseDuration(s); err != nil {
+				return fmt.Errorf("decision.approvalTimeout: %w", err)
+			}
+			if timeout < 0 {
+				return fmt.Errorf("decision.approvalTimeout %q is negative", s)
+			}
+		}
+	}
+	d.Action, d.Reason, d.ApprovalTimeout = action, reason, timeout
+	return nil
+}
+
+func typeName(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null or missing"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	default:
+		return fmt.Sprintf("a %T", v)
+	}
+}
+
+func failClosed(d Decision, reason string, err error) Decision {
+	d.Action, d.Reason, d.ApprovalTimeout, d.Err = ActionDeny, reason, 0, err
+	return d
+}
+
+// newDecisionID returns 16 bytes in hex: 48 bits of Unix milliseconds, then
+// 80 random bits.
+func newDecisionID() string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixMilli())<<16)
+	_, _ = rand.Read(b[6:]) // never fails (crypto/rand, Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+func (e *Engine) logDecision(ctx context.Context, in *Input, d *Decision, took time.Duration) {
+	level := slog.LevelInfo
+	if d.Err != nil {
+		level = slog.LevelError
+	}
+	if !e.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 14)
+	attrs = append(attrs, slog.String("decisionId", d.DecisionID))
+	if in != nil {
+		attrs = append(attrs,
+			slog.String("phase", in.Phase),
+			slog.String("toolCallId", in.Call.ID),
+			slog.String("toolCallName", in.Call.Name),
+			slog.String("threadId", in.Run.ThreadID),
+			slog.String("runId", in.Run.RunID),
+		)
+	}
+	attrs = append(attrs,
+		slog.String("action", d.Action),
+		slog.String("reason", d.Reason),
+		slog.String("revision", d.Revision),
+		slog.Duration("duration", took),
+	)
+	if d.ApprovalTimeout > 0 {
+		attrs = append(attrs, slog.Duration("approvalTimeout", d.ApprovalTimeout))
+	}
+	if d.Err != nil {
+		attrs = append(attrs, slog.String("error", d.Err.Error()))
+	}
+	if e.logArgs && in != nil {
+		attrs = append(attrs, slog.String("arguments", in.Call.ArgumentsText))
+	}
+	e.log.LogAttrs(ctx, level, "policy decision", attrs...)
+}
+
+// printLogger sends the output of print() calls in a policy to the log.
+type printLogger struct {
+	log      *slog.Logger
+	revision string
+}
+
+func (p printLogger) Print(ctx print.Context, msg string) error {
+	attrs := []slog.Attr{slog.String("revision", p.revision), slog.String("output", msg)}
+	if ctx.Location != nil {
+		attrs = append(attrs, slog.String("location", ctx.Location.String()))
+	}
+	p.log.LogAttrs(ctx.Context, slog.LevelDebug, "policy print", attrs...)
+	return nil
+}

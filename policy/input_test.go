@@ -1,0 +1,170 @@
+package policy
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+)
+
+// jsonValue is what OPA makes of a JSON document the slow, obvious way.
+func jsonValue(t testing.TB, doc []byte) ast.Value {
+	t.Helper()
+	var x any
+	if err := util.UnmarshalJSON(doc, &x); err != nil {
+		t.Fatalf("util.UnmarshalJSON(%s): %v", doc, err)
+	}
+	v, err := ast.InterfaceToValue(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestInputValueMatchesItsJSON(t *testing.T) {
+	in := frontendCall()
+	in.Call.ArgumentsError = ptr("not used by this test")
+	in.Call.SubagentRunID = "sub-1"
+	in.Call.Reopened = true
+	in.Schema = SchemaResult{Checked: true, Valid: false, Errors: []string{"a", "b"}}
+	in.Run.Route = "default"
+	in.Request.Headers = map[string]string{"x-user-role": "admin", "accept": "text/event-stream"}
+
+	got, err := in.astValue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := jsonValue(t, doc); got.Compare(want) != 0 {
+		t.Fatalf("input value\n%v\nwant (from its JSON)\n%v", got, want)
+	}
+	// Field names as in the design's §4.
+	for _, path := range []string{
+		"phase", "call.id", "call.name", "call.arguments.kind", "call.argumentsText", "call.argumentsError",
+		"call.parentMessageId", "call.subagentRunId", "call.reopened",
+		"tool.advertised", "tool.frontend", "tool.description", "tool.parameters.type",
+		"schema.checked", "schema.valid", "schema.errors",
+		"run.threadId", "run.runId", "run.protocolVersion", "run.advertisedTools", "run.route",
+		"request.path", `request.headers["x-user-role"]`, "request.remoteAddr",
+	} {
+		ref := ast.MustParseRef("input." + path)
+		if _, err := got.Find(ref[1:]); err != nil {
+			t.Errorf("input has no %s", path)
+		}
+	}
+}
+
+func TestInputValueNormalises(t *testing.T) {
+	in := &Input{
+		Phase:   "run_finished",
+		Request: RequestInfo{Headers: map[string]string{"X-User-Role": "admin"}},
+	}
+	got, err := in.astValue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"call.arguments":                 "null",
+		"call.argumentsError":            "null",
+		"tool.parameters":                "null",
+		"schema.errors":                  "[]",
+		"run.advertisedTools":            "[]",
+		`request.headers["x-user-role"]`: `"admin"`,
+	} {
+		v, err := got.Find(ast.MustParseRef("input." + path)[1:])
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if v.String() != want {
+			t.Errorf("%s = %v, want %s", path, v, want)
+		}
+	}
+}
+
+func TestDecodeJSONTerm(t *testing.T) {
+	valid := []string{
+		`null`, `true`, `false`, `0`, `-0`, `12`, `-3.25e+10`, `1E-2`, `123456789012345678901234567890`,
+		`""`, `"plain"`, `"esc \" \\ \/ \b \f \n \r \t"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00 pair"`, `"lone \ud83d surrogate"`,
+		`"raw é 中 😀"`, "\"bad utf8 \xff\xfe\"",
+		`[]`, `{}`, ` [1, "a", [true, null], {"k": {}}] `, `{"a": 1, "b": [1, 2, {"c": "d"}]}`,
+		`{"dup": 1, "dup": 2}`, `[{"id": 1, "name": "x"}, {"id": 2, "name": "y"}, {"name": "z", "id": 3}]`,
+		`{"` + strings.Repeat("k", 100) + `": 1, "\u006b": 2, "k": 3}`,
+	}
+	for _, doc := range valid {
+		t.Run("valid "+doc, func(t *testing.T) {
+			term, err := decodeJSONTerm([]byte(doc))
+			if err != nil {
+				t.Fatalf("decode %s: %v", doc, err)
+			}
+			if want := jsonValue(t, []byte(doc)); term.Value.Compare(want) != 0 {
+				t.Fatalf("decode %s = %v, want %v", doc, term.Value, want)
+			}
+		})
+	}
+	invalid := []string{
+		``, ` `, `nul`, `True`, `NaN`, `Infinity`, `-`, `01`, `1.`, `.5`, `1e`, `+1`, `0x10`,
+		`"unterminated`, `"bad \x escape"`, `"\u12"`, "\"tab\tinside\"", `[1,]`, `[1 2]`, `{"a":1,}`,
+		`{"a" 1}`, `{a: 1}`, `{"a":1`, `[`, `{} {}`, `1 x`, `'single'`,
+	}
+	for _, doc := range invalid {
+		t.Run("invalid "+doc, func(t *testing.T) {
+			if json.Valid([]byte(doc)) {
+				t.Fatalf("test case %q is valid JSON", doc)
+			}
+			if term, err := decodeJSONTerm([]byte(doc)); err == nil {
+				t.Fatalf("decode %q = %v, want an error", doc, term)
+			}
+		})
+	}
+}
+
+func TestDecodeJSONTermDepth(t *testing.T) {
+	deep := strings.Repeat("[", maxJSONDepth+2) + strings.Repeat("]", maxJSONDepth+2)
+	if _, err := decodeJSONTerm([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper") {
+		t.Fatalf("err = %v, want a depth error", err)
+	}
+}
+
+// FuzzDecodeJSONTerm checks the decoder against encoding/json: the same
+// documents are accepted, and they decode to the same value.
+func FuzzDecodeJSONTerm(f *testing.F) {
+	for _, s := range []string{`{"a":[1,2.5e3,"x\u00e9",null,true]}`, `[{"k":1},{"k":2}]`, `"\ud800"`, `01`, `[1,]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		term, err := decodeJSONTerm(doc)
+		if valid := json.Valid(doc); valid != (err == nil) {
+			t.Fatalf("json.Valid = %v, decode error = %v, for %q", valid, err, doc)
+		}
+		if err != nil || !bytes.ContainsAny(doc, "{[\"") {
+			return
+		}
+		// Compared as JSON text: ast's Compare of numbers such as 1e999999
+		// takes milliseconds, which stalls the fuzzer.
+		got, want := canonical(t, term.Value), canonical(t, jsonValue(t, doc))
+		if got != want {
+			t.Fatalf("decode %q = %s, want %s", doc, got, want)
+		}
+	})
+}
+
+// canonical is v as JSON with sorted keys.
+func canonical(t *testing.T, v ast.Value) string {
+	t.Helper()
+	x, err := ast.JSON(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,250 @@
+package policy
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/util"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/aguard/aguard/policies"
+)
+
+// decisionRef is the rule every policy set must define.
+var decisionRef = ast.MustParseRef("data.aguard.decision")
+
+// source is where a policy set is read from: a folder on disk or the
+// embedded default set.
+type source struct {
+	fsys fs.FS
+	// name turns a slash path inside fsys into the name reported in errors
+	// and policy locations: the path on disk, or "embedded:" + the path.
+	name func(rel string) string
+}
+
+func newSource(dir string) source {
+	if dir == "" {
+		return source{fsys: policies.FS(), name: func(rel string) string {
+			if rel == "." {
+				return "the embedded policy set"
+			}
+			return "embedded:" + rel
+		}}
+	}
+	return source{fsys: os.DirFS(dir), name: func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }}
+}
+
+// policyFile is one file of a snapshot.
+type policyFile struct {
+	rel  string // slash path inside the source
+	name string // as reported in errors
+	data []byte
+}
+
+// snapshot is the content of a policy folder read at one moment. The engine
+// compiles exactly the bytes it hashed, so a revision always names what is
+// serving.
+type snapshot struct {
+	root  string // the folder, as reported in errors
+	files []policyFile
+	sum   [sha256.Size]byte
+}
+
+// revision is the short form of the content hash that names a policy set.
+func (s *snapshot) revision() string {
+	return hex.EncodeToString(s.sum[:6])
+}
+
+// readSnapshot reads the .rego, .json, .yaml and .yml files of src,
+// recursively, in lexical order. Names starting with "." are skipped (editor
+// files, .git, and the ..data links of a Kubernetes ConfigMap mount, whose
+// files are also visible at the top level). A symbolic link to a file is read;
+// one to a folder is not followed. *_test.rego files are read only when
+// withTests is set: they never change the policy that decides.
+func readSnapshot(src source, withTests bool) (*snapshot, error) {
+	snap := &snapshot{root: src.name(".")}
+	h := sha256.New()
+	err := fs.WalkDir(src.fsys, ".", func(rel string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if rel != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() || !isPolicyFile(rel, withTests) {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			info, err := fs.Stat(src.fsys, rel)
+			if err != nil {
+				return err
+			}
+			if !info.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := fs.ReadFile(src.fsys, rel)
+		if err != nil {
+			return err
+		}
+		snap.files = append(snap.files, policyFile{rel: rel, name: src.name(rel), data: data})
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(rel)))
+		h.Write(n[:])
+		h.Write([]byte(rel))
+		binary.BigEndian.PutUint64(n[:], uint64(len(data)))
+		h.Write(n[:])
+		h.Write(data)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read policy folder %s: %w", snap.root, err)
+	}
+	h.Sum(snap.sum[:0])
+	return snap, nil
+}
+
+func isPolicyFile(rel string, withTests bool) bool {
+	switch path.Ext(rel) {
+	case ".rego":
+		return withTests || !strings.HasSuffix(rel, "_test.rego")
+	case ".json", ".yaml", ".yml":
+		return true
+	}
+	return false
+}
+
+// parsed is a snapshot turned into Rego modules and a data document.
+type parsed struct {
+	modules map[string]*ast.Module
+	data    map[string]any
+}
+
+// parse parses every Rego file of snap (Rego v1 syntax) and merges every
+// data file into one document, at the path of its folder: a.json at the top
+// is data, x/y/a.yaml is data.x.y, as `opa eval -d DIR` does. Errors name the
+// file and, for Rego, the line; all broken files are reported at once.
+func parse(snap *snapshot) (*parsed, error) {
+	p := &parsed{modules: map[string]*ast.Module{}, data: map[string]any{}}
+	var errs []error
+	opts := ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true}
+	for _, f := range snap.files {
+		switch path.Ext(f.rel) {
+		case ".rego":
+			m, err := ast.ParseModuleWithOpts(f.name, string(f.data), opts)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			p.modules[f.name] = m
+		default:
+			if err := mergeDataFile(p.data, f); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(p.modules) == 0 {
+		return nil, fmt.Errorf("no .rego files in %s", snap.root)
+	}
+	return p, nil
+}
+
+func mergeDataFile(root map[string]any, f policyFile) error {
+	var doc any
+	if path.Ext(f.rel) == ".json" {
+		if err := util.UnmarshalJSON(f.data, &doc); err != nil {
+			return fmt.Errorf("%s: invalid JSON: %w", f.name, err)
+		}
+	} else {
+		var y any
+		if err := yaml.Unmarshal(f.data, &y); err != nil {
+			return fmt.Errorf("%s: invalid YAML: %w", f.name, err)
+		}
+		// Through JSON, so that the data has the types OPA expects
+		// (json.Number, map[string]any) and non-string keys are refused.
+		js, err := json.Marshal(y)
+		if err != nil {
+			return fmt.Errorf("%s: YAML that is not JSON data: %w", f.name, err)
+		}
+		if err := util.UnmarshalJSON(js, &doc); err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	if doc == nil {
+		return nil // an empty YAML file
+	}
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return fmt.Errorf("%s: a data file must hold an object, found %T", f.name, doc)
+	}
+	at := root
+	if dir := path.Dir(f.rel); dir != "." {
+		for _, seg := range strings.Split(dir, "/") {
+			next, ok := at[seg].(map[string]any)
+			if !ok {
+				if _, taken := at[seg]; taken {
+					return fmt.Errorf("%s: data path %s is already a value", f.name, dir)
+				}
+				next = map[string]any{}
+				at[seg] = next
+			}
+			at = next
+		}
+	}
+	return mergeObject(at, obj, f.name, "")
+}
+
+// mergeObject merges src into dst; two files may add keys to the same object
+// but not set the same leaf.
+func mergeObject(dst, src map[string]any, file, at string) error {
+	for k, v := range src {
+		old, exists := dst[k]
+		if !exists {
+			dst[k] = v
+			continue
+		}
+		oldObj, ok1 := old.(map[string]any)
+		newObj, ok2 := v.(map[string]any)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("%s: data key %s%s is also set by another data file", file, at, k)
+		}
+		if err := mergeObject(oldObj, newObj, file, at+k+"."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compile compiles the modules of p and checks that they define
+// data.aguard.decision. Compiler errors name file:line.
+func compile(p *parsed) (*ast.Compiler, error) {
+	c := ast.NewCompiler().
+		WithDefaultRegoVersion(ast.RegoV1).
+		WithEnablePrintStatements(true)
+	c.Compile(p.modules)
+	if c.Failed() {
+		return nil, c.Errors
+	}
+	if len(c.GetRulesExact(decisionRef)) == 0 {
+		return nil, fmt.Errorf("no rule defines %v (a rule named decision in package aguard)", decisionRef)
+	}
+	return c, nil
+}
