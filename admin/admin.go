@@ -17,7 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Check reports whether one part of aguard is ready and, if not, why.
+// Check reports whether one part of aguard is ready. ok false makes /readyz
+// answer 503 with reason; ok true with a reason reports a degraded state
+// that still serves (200 with "degraded"), so that, say, an outage of Redis
+// never takes every replica out of service.
 type Check func() (ok bool, reason string)
 
 // Options configure the admin handler.
@@ -39,13 +42,22 @@ func Handler(opt Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		var degraded []string
 		for _, check := range opt.Ready {
-			if ok, reason := check(); !ok {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "reason": reason})
+			ok, reason := check()
+			if !ok {
+				writeJSON(w, http.StatusServiceUnavailable, readiness{"unavailable", reason})
 				return
 			}
+			if reason != "" {
+				degraded = append(degraded, reason)
+			}
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		if len(degraded) > 0 {
+			writeJSON(w, http.StatusOK, readiness{"degraded", strings.Join(degraded, "; ")})
+			return
+		}
+		writeJSON(w, http.StatusOK, readiness{Status: "ok"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(opt.Gatherer, promhttp.HandlerOpts{}))
 	api := opt.API
@@ -56,6 +68,12 @@ func Handler(opt Options) http.Handler {
 	}
 	mux.Handle("/v1/", requireToken(opt.Token, api))
 	return mux
+}
+
+// readiness is the body of /readyz.
+type readiness struct {
+	Status string `json:"status"` // ok, degraded or unavailable
+	Reason string `json:"reason,omitempty"`
 }
 
 // requireToken lets a request through only with "Authorization: Bearer

@@ -28,6 +28,7 @@ func TestAdminAuthAndProbes(t *testing.T) {
 		{"healthz without token", "s3cret", "/healthz", "", "", 200, `"ok"`},
 		{"readyz ready", "s3cret", "/readyz", "", "", 200, `"ok"`},
 		{"readyz draining", "s3cret", "/readyz", "", "draining", 503, `"draining"`},
+		{"readyz degraded still serves", "s3cret", "/readyz", "", "degraded:redis down", 200, `"status":"degraded","reason":"redis down"`},
 		{"metrics without token", "s3cret", "/metrics", "", "", 200, "aguard_test_total 1"},
 		{"api without token", "s3cret", "/v1/approvals", "", "", 401, "unauthorized"},
 		{"api wrong token", "s3cret", "/v1/approvals", "Bearer nope", "", 401, "unauthorized"},
@@ -38,6 +39,9 @@ func TestAdminAuthAndProbes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ready, reason = tt.notReady == "", tt.notReady
+			if r, ok := strings.CutPrefix(tt.notReady, "degraded:"); ok {
+				ready, reason = true, r
+			}
 			h := Handler(Options{Token: tt.token, Gatherer: reg, API: api,
 				Ready: []Check{func() (bool, string) { return ready, reason }}})
 			req := httptest.NewRequest("GET", tt.path, nil)

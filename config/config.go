@@ -25,19 +25,22 @@ import (
 
 // Config is the resolved configuration of aguard serve.
 type Config struct {
-	Listen          string
-	Upstream        string
-	Routes          []Route
-	AdminListen     string
-	AdminToken      string
-	Mode            string
-	MaxBody         int64
-	MaxEvent        int64
-	DrainTimeout    time.Duration
-	Heartbeat       time.Duration
-	UpstreamTimeout time.Duration
-	LogFormat       string
-	ConfigFile      string
+	Listen           string
+	Upstream         string
+	UpstreamProtocol string
+	Routes           []Route
+	AdminListen      string
+	AdminToken       string
+	Mode             string
+	Policy           string
+	ApprovalTimeout  time.Duration
+	MaxBody          int64
+	MaxEvent         int64
+	DrainTimeout     time.Duration
+	Heartbeat        time.Duration
+	UpstreamTimeout  time.Duration
+	LogFormat        string
+	ConfigFile       string
 }
 
 // Route sends requests whose path starts with Path to Upstream. The longest
@@ -45,6 +48,8 @@ type Config struct {
 type Route struct {
 	Path     string `yaml:"path"`
 	Upstream string `yaml:"upstream"`
+	// Protocol is the agent server's AG-UI line: 1.0 (default) or 0.x.
+	Protocol string `yaml:"protocol"`
 }
 
 // Flag describes one setting.
@@ -66,6 +71,14 @@ var Flags = []Flag{
 		func(c *Config, v string) error { c.Listen = v; return nil }},
 	{"upstream", "", "agent server base URL; the request path is appended (required unless routes are configured)",
 		func(c *Config, v string) error { c.Upstream = v; return nil }},
+	{"upstream-protocol", "1.0", "the upstream agent server's AG-UI line: 1.0, or 0.x (tool-message content parts are flattened to text before forwarding)",
+		func(c *Config, v string) error {
+			if v != "1.0" && v != "0.x" {
+				return fmt.Errorf("want 1.0 or 0.x, got %q", v)
+			}
+			c.UpstreamProtocol = v
+			return nil
+		}},
 	{"admin-listen", "127.0.0.1:9090", "address for /healthz, /readyz and /metrics",
 		func(c *Config, v string) error { c.AdminListen = v; return nil }},
 	{"admin-token", "", "bearer token for the admin API (none: the admin API answers 401)",
@@ -78,6 +91,10 @@ var Flags = []Flag{
 			c.Mode = v
 			return nil
 		}},
+	{"policy", "", "folder of .rego and data files deciding tool calls, reloaded on change (none: the default policy built into the binary)",
+		func(c *Config, v string) error { c.Policy = v; return nil }},
+	{"approval-timeout", "10m", "default time a reviewer has to decide a call a policy holds for approval",
+		func(c *Config, v string) (err error) { c.ApprovalTimeout, err = parseDuration(v); return err }},
 	{"max-body", "8MiB", "largest RunAgentInput accepted (413 too_large above it)",
 		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
 	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",
@@ -163,6 +180,9 @@ func (c *Config) validate() error {
 		}
 		if err := checkURL(r.Upstream); err != nil {
 			return fmt.Errorf("config: routes[%d].upstream: %w", i, err)
+		}
+		if r.Protocol != "" && r.Protocol != "1.0" && r.Protocol != "0.x" {
+			return fmt.Errorf("config: routes[%d].protocol: want 1.0 or 0.x, got %q", i, r.Protocol)
 		}
 	}
 	if c.MaxBody <= 0 || c.MaxEvent <= 0 {

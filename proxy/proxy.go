@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/downgrade"
+	"github.com/aguard/aguard/policy"
 	"github.com/valyala/fasthttp"
 )
 
@@ -33,6 +35,9 @@ import (
 type Route struct {
 	Path     string
 	Upstream string
+	// Protocol is the agent server's AG-UI line: "1.0" (or "") or "0.x".
+	// A 0.x agent gets tool-message content parts flattened to text.
+	Protocol string
 }
 
 // Options configure a Proxy. Zero durations and sizes take the defaults of
@@ -40,6 +45,8 @@ type Route struct {
 type Options struct {
 	// Upstream is the agent server's base URL for requests no route matches.
 	Upstream string
+	// UpstreamProtocol is Upstream's AG-UI line: "1.0" (or "") or "0.x".
+	UpstreamProtocol string
 	// Routes send path prefixes to other agent servers; the longest match wins.
 	Routes []Route
 	// MaxBody is the largest RunAgentInput accepted (413 too_large above it).
@@ -54,6 +61,11 @@ type Options struct {
 	// Monitor makes the stream checks decide and log everything but change
 	// nothing.
 	Monitor bool
+	// Policy decides tool calls; nil allows every call.
+	Policy *policy.Engine
+	// ApprovalTimeout is the time a reviewer has when a policy requires
+	// approval without setting its own.
+	ApprovalTimeout time.Duration
 	// MaxUpstreamConns bounds the open connections to each agent server, one
 	// per running stream.
 	MaxUpstreamConns int
@@ -97,6 +109,9 @@ func New(opt Options) (*Proxy, error) {
 	if opt.UpstreamTimeout <= 0 {
 		opt.UpstreamTimeout = 30 * time.Second
 	}
+	if opt.ApprovalTimeout <= 0 {
+		opt.ApprovalTimeout = 10 * time.Minute
+	}
 	if opt.MaxUpstreamConns <= 0 {
 		opt.MaxUpstreamConns = 10000
 	}
@@ -110,14 +125,14 @@ func New(opt Options) (*Proxy, error) {
 	routes := append([]Route(nil), opt.Routes...)
 	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].Path) > len(routes[j].Path) })
 	for _, r := range routes {
-		u, err := newUpstream(r.Upstream, r.Path, opt.MaxUpstreamConns)
+		u, err := newUpstream(r.Upstream, r.Path, r.Protocol, opt.MaxUpstreamConns)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: route %s: %w", r.Path, err)
 		}
 		p.upstreams = append(p.upstreams, u)
 	}
 	if opt.Upstream != "" {
-		u, err := newUpstream(opt.Upstream, "", opt.MaxUpstreamConns)
+		u, err := newUpstream(opt.Upstream, "", opt.UpstreamProtocol, opt.MaxUpstreamConns)
 		if err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
@@ -266,6 +281,20 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	req.SetRequestURI(up.target(ctx.RequestURI()))
 	req.Header.SetHostBytes(req.URI().Host())
 	appendForwardedFor(&req.Header, ctx.RemoteIP())
+	if run && up.legacy {
+		// A 0.x agent cannot read content parts in tool messages.
+		body, lost, err := downgrade.Input(req.Body())
+		if err != nil {
+			fasthttp.ReleaseRequest(req)
+			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
+			return
+		}
+		for _, n := range lost {
+			p.m.notes.WithLabelValues(n.Kind).Inc()
+			p.log.Info(n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "threadId", in.ThreadID, "runId", in.RunID)
+		}
+		req.SetBody(body)
+	}
 	if run {
 		// aguard reads SSE only; an agent that could answer in protobuf or
 		// compressed must not.

@@ -29,7 +29,7 @@ type stream struct {
 	p     *Proxy
 	resp  *fasthttp.Response
 	conn  net.Conn // the consumer's connection: read to see it leave, deadline to see it stall
-	st    *agui.Stream
+	pipe  *Pipeline
 	log   *slog.Logger
 	start time.Time
 }
@@ -50,11 +50,15 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	if route == "" {
 		route = "default"
 	}
+	opts := agui.Options{Monitor: p.opt.Monitor}
+	if p.opt.Policy != nil {
+		opts.Decider = NewDecider(p.opt.Policy, in, route, requestInfo(ctx), p.opt.ApprovalTimeout)
+	}
 	s := &stream{
 		p:     p,
 		resp:  resp,
 		conn:  ctx.Conn(),
-		st:    agui.NewStream(in, agui.Options{Monitor: p.opt.Monitor}),
+		pipe:  NewPipeline(in, opts),
 		log:   p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
 		start: time.Now(),
 	}
@@ -117,34 +121,34 @@ func (s *stream) run(w *bufio.Writer) {
 // limit), "consumer_gone", or "shutdown".
 func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) string {
 	p := s.p
-	var b agui.Batch
 	heartbeat := time.NewTimer(p.opt.Heartbeat)
 	defer heartbeat.Stop()
 	s.conn.SetWriteDeadline(time.Now().Add(stalledConsumer))
 	lastDeadline := time.Now()
 
 	for {
+		var out *Output
 		end := ""
 		select {
 		case it, ok := <-items:
 			switch {
 			case !ok:
-				s.st.End(nil, &b)
+				out = s.pipe.End(nil)
 				end = "completed"
 			case errors.Is(it.err, sse.ErrEventTooLarge):
-				s.st.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent), &b)
+				out = s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent))
 				p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
 				end = "ended"
 			case it.err != nil:
-				s.st.End(it.err, &b)
+				out = s.pipe.End(it.err)
 				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
 				s.log.Warn("agent stream broke", "err", it.err)
 				end = "completed"
 			default:
 				p.m.bytesIn.Add(float64(len(it.data)))
-				s.st.Feed(it.data, &b)
-				count(p.m.eventsIn, b.InType)
-				if b.Done {
+				out = s.pipe.Feed(it.data)
+				count(p.m.eventsIn, out.InType)
+				if out.Done {
 					end = "ended"
 				}
 			}
@@ -158,18 +162,18 @@ func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) 
 		case <-gone:
 			return "consumer_gone"
 		case <-p.abort:
-			s.st.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out", &b)
+			out = s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out")
 			end = "shutdown"
 		}
 
-		s.note(&b)
-		if len(b.Out) > 0 {
+		s.note(out.Notes)
+		if len(out.Events) > 0 {
 			if now := time.Now(); now.Sub(lastDeadline) > time.Second {
 				s.conn.SetWriteDeadline(now.Add(stalledConsumer))
 				lastDeadline = now
 			}
 			n := 0
-			for _, ev := range b.Out {
+			for _, ev := range out.Events {
 				if sse.WriteFrame(w, ev.JSON) != nil {
 					return "consumer_gone"
 				}
@@ -189,8 +193,8 @@ func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) 
 }
 
 // note logs and counts what the stream checks noticed.
-func (s *stream) note(b *agui.Batch) {
-	for _, n := range b.Notes {
+func (s *stream) note(notes []agui.Note) {
+	for _, n := range notes {
 		s.p.m.notes.WithLabelValues(n.Kind).Inc()
 		level := slog.LevelInfo
 		if n.Kind == "violation" {

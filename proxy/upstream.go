@@ -15,10 +15,14 @@ import (
 type upstream struct {
 	base   *url.URL
 	prefix string // route path prefix; "" for the default upstream
+	legacy bool   // the agent server is on the 0.x line
 	client *fasthttp.HostClient
 }
 
-func newUpstream(rawURL, prefix string, maxConns int) (*upstream, error) {
+func newUpstream(rawURL, prefix, protocol string, maxConns int) (*upstream, error) {
+	if protocol != "" && protocol != "1.0" && protocol != "0.x" {
+		return nil, fmt.Errorf("upstream %q: protocol: want 1.0 or 0.x, got %q", rawURL, protocol)
+	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
@@ -53,7 +57,7 @@ func newUpstream(rawURL, prefix string, maxConns int) (*upstream, error) {
 			return newTrackedConn(c), nil
 		},
 	}
-	return &upstream{base: u, prefix: prefix, client: hc}, nil
+	return &upstream{base: u, prefix: prefix, legacy: protocol == "0.x", client: hc}, nil
 }
 
 // target builds the upstream URL: the base URL with the request URI's path

@@ -7,6 +7,8 @@
 //	aguard demo            run a scripted agent behind aguard and show what it does
 //	aguard replay --input run-input.json upstream.sse
 //	                       run a recorded agent stream through the checks, offline
+//	aguard policy test [DIR]
+//	                       run the Rego tests of a policy folder (as opa test)
 //	aguard version
 package main
 
@@ -30,6 +32,9 @@ Usage:
   aguard replay --input run-input.json upstream.sse
                          run a recorded agent stream through the checks, offline;
                          the consumer's stream on stdout, a JSON report on stderr
+  aguard policy test [DIR]
+                         run the Rego tests of a policy folder (as opa test);
+                         without DIR, those of the built-in default policy
   aguard version         print the version
 `
 
@@ -52,7 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "replay":
-		err = replay(args[1:], stdout, stderr)
+		err = replay(ctx, args[1:], stdout, stderr)
+	case "policy":
+		err = policyCmd(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "aguard", version)
 	case "help", "-h", "--help":

@@ -2,15 +2,19 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/sse"
 )
 
@@ -26,15 +30,17 @@ type replayReport struct {
 
 // replay runs one recorded upstream body through the stream checks, offline,
 // and writes the stream the consumer would receive.
-func replay(args []string, stdout, stderr io.Writer) error {
+func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("aguard replay", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	inputPath := fs.String("input", "", "the RunAgentInput JSON the recorded body answered (required)")
 	reportPath := fs.String("report", "", "write the JSON report here instead of stderr")
 	mode := fs.String("mode", "enforce", "enforce, or monitor")
 	maxEvent := fs.String("max-event", "16MiB", "largest single event accepted")
+	policyDir := fs.String("policy", "", "policy folder deciding tool calls (default: the built-in default policy)")
+	approvalTimeout := fs.Duration("approval-timeout", 10*time.Minute, "default approval deadline for calls a policy holds")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--report FILE] upstream.sse")
+		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--policy DIR] [--report FILE] upstream.sse")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -65,13 +71,19 @@ func replay(args []string, stdout, stderr io.Writer) error {
 	}
 	defer body.Close()
 
+	engine, err := policy.New(ctx, policy.Options{Dir: *policyDir})
+	if err != nil {
+		return fmt.Errorf("replay: policy: %w", err)
+	}
+	opts := agui.Options{Monitor: *mode == "monitor"}
+	opts.Decider = proxy.NewDecider(engine, in, "replay", policy.RequestInfo{Path: "/", Headers: map[string]string{}}, *approvalTimeout)
+
 	out := bufio.NewWriter(stdout)
 	report := replayReport{Notes: []agui.Note{}}
-	st := agui.NewStream(in, agui.Options{Monitor: *mode == "monitor"})
-	var b agui.Batch
-	emit := func() error {
-		report.Notes = append(report.Notes, b.Notes...)
-		for _, ev := range b.Out {
+	pipe := proxy.NewPipeline(in, opts)
+	emit := func(o *proxy.Output) error {
+		report.Notes = append(report.Notes, o.Notes...)
+		for _, ev := range o.Events {
 			report.EventsOut++
 			if err := sse.WriteFrame(out, ev.JSON); err != nil {
 				return err
@@ -80,30 +92,31 @@ func replay(args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	report.End = "completed"
+	done := false
 	for data, rerr := range sse.Events(body, int(limit)) {
+		var o *proxy.Output
 		switch {
 		case errors.Is(rerr, sse.ErrEventTooLarge):
-			st.Abort(agui.CodeLimitExceeded, rerr.Error(), &b)
+			o = pipe.Abort(agui.CodeLimitExceeded, rerr.Error())
 			report.End = "limit_exceeded"
 		case rerr != nil:
-			st.End(rerr, &b)
+			o = pipe.End(rerr)
 		default:
 			report.EventsIn++
-			st.Feed(data, &b)
-			if b.Done {
+			o = pipe.Feed(data)
+			if o.Done {
 				report.End = "ended"
 			}
 		}
-		if err := emit(); err != nil {
+		if err := emit(o); err != nil {
 			return err
 		}
-		if b.Done {
+		if done = o.Done; done {
 			break
 		}
 	}
-	if !b.Done {
-		st.End(nil, &b)
-		if err := emit(); err != nil {
+	if !done {
+		if err := emit(pipe.End(nil)); err != nil {
 			return err
 		}
 	}

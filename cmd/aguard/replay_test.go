@@ -21,6 +21,7 @@ func TestReplay(t *testing.T) {
 	os.WriteFile(body, []byte(strings.Join([]string{
 		`data: {"type":"RUN_STARTED","threadId":"demo-thread","runId":"run-1"}`,
 		`data: {"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm_order"}`,
+		`data: {"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"orderId\":\"A-17\"}"}`,
 		`data: {"type":"TOOL_CALL_END","toolCallId":"c1"}`,
 		`data: {"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c1","content":"done"}`,
 		`data: {"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-1"}`,
@@ -32,6 +33,7 @@ func TestReplay(t *testing.T) {
 	}
 	want := "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"demo-thread\",\"runId\":\"run-1\"}\n\n" +
 		"data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"c1\",\"toolCallName\":\"confirm_order\"}\n\n" +
+		"data: {\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"c1\",\"delta\":\"{\\\"orderId\\\":\\\"A-17\\\"}\"}\n\n" +
 		"data: {\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"c1\"}\n\n" +
 		"data: {\"type\":\"RUN_FINISHED\",\"threadId\":\"demo-thread\",\"runId\":\"run-1\",\"outcome\":{\"type\":\"success\",\"pendingToolCallIds\":[\"c1\"]}}\n\n"
 	if out.String() != want {
@@ -46,7 +48,7 @@ func TestReplay(t *testing.T) {
 	for _, n := range rep.Notes {
 		kinds = append(kinds, n.Kind)
 	}
-	if rep.EventsIn != 5 || rep.EventsOut != 4 || rep.End != "completed" ||
+	if rep.EventsIn != 6 || rep.EventsOut != 5 || rep.End != "completed" ||
 		strings.Join(kinds, ",") != "fabricated_result,pending_added" {
 		t.Fatalf("report = %+v", rep)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aguard/aguard/admin"
 	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -28,7 +29,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	log := newLogger(cfg.LogFormat, stderr)
-	ready, err := startServe(cfg, log)
+	ready, err := startServe(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -46,23 +47,45 @@ type running struct {
 	serveErr  chan error
 }
 
-func startServe(cfg *config.Config, log *slog.Logger) (*running, error) {
+// policyPoll is how often the policy folder is checked for changes.
+const policyPoll = 2 * time.Second
+
+func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*running, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// A policy that does not load stops aguard here: it never serves
+	// without one. Later reloads that fail keep the last good one.
+	engine, err := policy.New(ctx, policy.Options{Dir: cfg.Policy, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	go engine.Watch(ctx, policyPoll)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "aguard_policy_reload_failing",
+		Help: "1 while the last reload of the policy folder failed (the last good policy keeps serving).",
+	}, func() float64 {
+		if _, err := engine.Status(); err != nil {
+			return 1
+		}
+		return 0
+	}))
 	routes := make([]proxy.Route, len(cfg.Routes))
 	for i, r := range cfg.Routes {
-		routes[i] = proxy.Route{Path: r.Path, Upstream: r.Upstream}
+		routes[i] = proxy.Route{Path: r.Path, Upstream: r.Upstream, Protocol: r.Protocol}
 	}
 	p, err := proxy.New(proxy.Options{
-		Upstream:        cfg.Upstream,
-		Routes:          routes,
-		MaxBody:         cfg.MaxBody,
-		MaxEvent:        cfg.MaxEvent,
-		Heartbeat:       cfg.Heartbeat,
-		UpstreamTimeout: cfg.UpstreamTimeout,
-		Monitor:         cfg.Mode == "monitor",
-		Logger:          log,
-		Metrics:         proxy.NewMetrics(reg),
+		Upstream:         cfg.Upstream,
+		UpstreamProtocol: cfg.UpstreamProtocol,
+		Routes:           routes,
+		MaxBody:          cfg.MaxBody,
+		MaxEvent:         cfg.MaxEvent,
+		Heartbeat:        cfg.Heartbeat,
+		UpstreamTimeout:  cfg.UpstreamTimeout,
+		Monitor:          cfg.Mode == "monitor",
+		Policy:           engine,
+		ApprovalTimeout:  cfg.ApprovalTimeout,
+		Logger:           log,
+		Metrics:          proxy.NewMetrics(reg),
 	})
 	if err != nil {
 		return nil, err
@@ -82,7 +105,7 @@ func startServe(cfg *config.Config, log *slog.Logger) (*running, error) {
 			Handler: admin.Handler(admin.Options{
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
-				Ready:    []admin.Check{p.Ready},
+				Ready:    []admin.Check{p.Ready, policyReady(engine)},
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
@@ -95,8 +118,9 @@ func startServe(cfg *config.Config, log *slog.Logger) (*running, error) {
 			r.serveErr <- err
 		}
 	}()
+	revision, _ := engine.Status()
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
-		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode)
+		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policyName(cfg.Policy), "revision", revision)
 	return r, nil
 }
 
@@ -114,6 +138,24 @@ func (r *running) shutdown(timeout time.Duration) error {
 	r.admin.Shutdown(actx)
 	r.log.Info("stopped")
 	return err
+}
+
+// policyReady reports a policy folder whose last reload failed: aguard still
+// serves, with the last good policy.
+func policyReady(e *policy.Engine) admin.Check {
+	return func() (bool, string) {
+		if _, err := e.Status(); err != nil {
+			return true, "policy reload failed, the last good policy is serving: " + err.Error()
+		}
+		return true, ""
+	}
+}
+
+func policyName(dir string) string {
+	if dir == "" {
+		return "built-in default"
+	}
+	return dir
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {

@@ -1,0 +1,115 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/policy"
+	"github.com/valyala/fasthttp"
+)
+
+// decider puts a stream's tool calls to the policy engine: it builds the
+// policy input of design §4 from the call, the run input and the request, and
+// turns the decision into the Stream's verdict. One per stream.
+//
+// Arguments the decider cannot read whole (over the 1 MiB the Stream keeps)
+// are denied without asking the policy: a call aguard cannot inspect is one it
+// cannot vouch for.
+type decider struct {
+	engine          *policy.Engine
+	in              *agui.RunInput
+	run             policy.RunInfo
+	req             policy.RequestInfo
+	approvalTimeout time.Duration
+	now             func() time.Time
+}
+
+// NewDecider returns the agui.Decider that puts the tool calls of one run to
+// engine. route names the route for the policy input; req is what the policy
+// may read of the consumer's request; approvalTimeout is the deadline given
+// when the policy requires approval without setting its own.
+func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req policy.RequestInfo, approvalTimeout time.Duration) agui.Decider {
+	tools := make([]string, len(in.Tools))
+	for i, t := range in.Tools {
+		tools[i] = t.Name
+	}
+	return &decider{
+		engine: engine,
+		in:     in,
+		run: policy.RunInfo{ThreadID: in.ThreadID, RunID: in.RunID, ProtocolVersion: in.ProtocolVersion,
+			AdvertisedTools: tools, Route: route},
+		req:             req,
+		approvalTimeout: approvalTimeout,
+		now:             time.Now,
+	}
+}
+
+// requestInfo copies what the policy may read of the request; the stream
+// outlives the RequestCtx, so nothing may point into it.
+func requestInfo(ctx *fasthttp.RequestCtx) policy.RequestInfo {
+	h := map[string]string{}
+	for k, v := range ctx.Request.Header.All() {
+		name := strings.ToLower(string(k))
+		if prior, ok := h[name]; ok {
+			h[name] = prior + ", " + string(v)
+		} else {
+			h[name] = string(v)
+		}
+	}
+	return policy.RequestInfo{Path: string(ctx.Path()), Headers: h, RemoteAddr: ctx.RemoteAddr().String()}
+}
+
+// Decide implements agui.Decider.
+func (d *decider) Decide(c *agui.Call) agui.Verdict {
+	tool, advertised := d.in.Tool(c.Name)
+	in := policy.Input{
+		Phase: c.Phase,
+		Call: policy.CallInput{
+			ID: c.ID, Name: c.Name, ArgumentsText: string(c.Arguments),
+			ParentMessageID: c.ParentMessageID, SubagentRunID: c.SubagentRunID, Reopened: c.Reopened,
+		},
+		Tool: policy.ToolInput{Advertised: advertised, Frontend: advertised},
+		Run:  d.run, Request: d.req,
+	}
+	if advertised {
+		in.Tool.Description = tool.Description
+		in.Tool.Parameters = json.RawMessage(tool.Parameters)
+	}
+	switch {
+	case c.ArgumentsTruncated:
+		// aguard keeps the first 1 MiB of a call's arguments; a call it
+		// cannot read whole is one it cannot vouch for.
+		return agui.Verdict{Action: agui.ActionDeny, DecisionID: "truncated-" + c.ID,
+			Reason: "the arguments are longer than the 1 MiB aguard inspects"}
+	case len(bytes.TrimSpace(c.Arguments)) == 0:
+		// A call without argument text is a call without arguments: the
+		// official client reads it as {}, and so does the policy (the
+		// schema still applies: required members are missing).
+		in.Call.Arguments = json.RawMessage(`{}`)
+		if advertised {
+			in.Schema = d.engine.ValidateArguments(tool.Parameters, in.Call.Arguments)
+		}
+	case json.Valid(c.Arguments):
+		in.Call.Arguments = json.RawMessage(c.Arguments)
+		if advertised {
+			in.Schema = d.engine.ValidateArguments(tool.Parameters, c.Arguments)
+		}
+	default:
+		msg := "the arguments are not valid JSON"
+		in.Call.ArgumentsError = &msg
+	}
+	dec := d.engine.Decide(context.Background(), &in)
+	v := agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID}
+	if dec.Action == policy.ActionRequireApproval {
+		timeout := dec.ApprovalTimeout
+		if timeout <= 0 {
+			timeout = d.approvalTimeout
+		}
+		v.RequiresApprovalAt = d.now().Add(timeout).UTC().Format(time.RFC3339)
+	}
+	return v
+}

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/downgrade"
+)
+
+// Pipeline is what one consumer's stream goes through: the stream checks of
+// package agui and, for a legacy (0.x) consumer, the bridge of package
+// downgrade. The proxy runs one per stream; aguard replay runs one offline.
+// Data flows one way: upstream event in, consumer events out.
+type Pipeline struct {
+	st     *agui.Stream
+	bridge *downgrade.Bridge // nil for a 1.0 consumer
+	b      agui.Batch
+	out    Output
+}
+
+// Output is what one step of a Pipeline produced. It is reused by the next
+// step: its slices are valid until then.
+type Output struct {
+	// InType is the upstream event's type ("" for End and Abort).
+	InType string
+	// Events are what the consumer receives, in order.
+	Events []agui.Event
+	// Notes are what was noticed and acted on, for logs and metrics.
+	Notes []agui.Note
+	// Done reports that the consumer's stream is over.
+	Done bool
+}
+
+// NewPipeline returns the pipeline for one response to in. A consumer whose
+// RunAgentInput has no protocolVersion is on the 0.x line and gets bridged.
+func NewPipeline(in *agui.RunInput, opts agui.Options) *Pipeline {
+	p := &Pipeline{st: agui.NewStream(in, opts)}
+	if in.Legacy() {
+		p.bridge = downgrade.New()
+	}
+	return p
+}
+
+// Feed runs the JSON text of one upstream event through the pipeline.
+func (p *Pipeline) Feed(data []byte) *Output {
+	p.st.Feed(data, &p.b)
+	return p.finish()
+}
+
+// End reports the end of the upstream body (err nil) or its breaking.
+func (p *Pipeline) End(err error) *Output {
+	p.st.End(err, &p.b)
+	return p.finish()
+}
+
+// Abort ends the consumer's stream for a reason outside it (see agui.Stream.Abort).
+func (p *Pipeline) Abort(code, message string) *Output {
+	p.st.Abort(code, message, &p.b)
+	return p.finish()
+}
+
+func (p *Pipeline) finish() *Output {
+	o := &p.out
+	o.InType, o.Done = p.b.InType, p.b.Done
+	if p.bridge == nil {
+		o.Events, o.Notes = p.b.Out, p.b.Notes
+		return o
+	}
+	o.Events, o.Notes = o.Events[:0], append(o.Notes[:0], p.b.Notes...)
+	for _, ev := range p.b.Out {
+		o.Events, o.Notes = p.bridge.Event(ev, o.Events, o.Notes)
+	}
+	return o
+}
