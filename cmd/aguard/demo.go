@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	_ "embed"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -11,10 +12,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -34,7 +37,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	scenarios := demoScenarios()
-	d, err := startDemo(scenarios)
+	d, err := startDemo(ctx, scenarios)
 	if err != nil {
 		return err
 	}
@@ -73,7 +76,24 @@ type demoSetup struct {
 	close     func()
 }
 
-func startDemo(scenarios []scenario) (*demoSetup, error) {
+//go:embed demo_policy.rego
+var demoPolicyRego []byte
+
+// demoPolicy loads the demo's policy: the built-in default's rules plus an
+// approval rule and a shell guard, so that every policy action shows.
+func demoPolicy(ctx context.Context) (*policy.Engine, error) {
+	dir, err := os.MkdirTemp("", "aguard-demo-policy-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir) // loaded into memory; the demo never reloads it
+	if err := os.WriteFile(filepath.Join(dir, "demo.rego"), demoPolicyRego, 0o600); err != nil {
+		return nil, err
+	}
+	return policy.New(ctx, policy.Options{Dir: dir})
+}
+
+func startDemo(ctx context.Context, scenarios []scenario) (*demoSetup, error) {
 	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
@@ -81,10 +101,16 @@ func startDemo(scenarios []scenario) (*demoSetup, error) {
 	agent := &http.Server{Handler: demoAgent(scenarios), ReadHeaderTimeout: 5 * time.Second}
 	go agent.Serve(agentLn)
 	notes := newNoteLog()
+	engine, err := demoPolicy(ctx)
+	if err != nil {
+		agent.Close()
+		return nil, err
+	}
 	p, err := proxy.New(proxy.Options{
 		Upstream: "http://" + agentLn.Addr().String(),
 		Metrics:  proxy.NewMetrics(prometheus.NewRegistry()),
 		Logger:   slog.New(notes),
+		Policy:   engine,
 	})
 	if err != nil {
 		agent.Close()

@@ -25,10 +25,16 @@ func (s scenario) runID() string {
 	return in.RunID
 }
 
-const demoTools = `[{"name":"confirm_order","description":"Ask the user to confirm an order","parameters":{"type":"object","properties":{"orderId":{"type":"string"}},"required":["orderId"]}}]`
+const demoTools = `[{"name":"confirm_order","description":"Ask the user to confirm an order","parameters":{"type":"object","properties":{"orderId":{"type":"string"}},"required":["orderId"]}},` +
+	`{"name":"transfer_funds","description":"Move money between the user's accounts","parameters":{"type":"object","properties":{"amount":{"type":"number"},"to":{"type":"string"}},"required":["amount","to"]}}]`
 
 func demoInput(run string) string {
 	return `{"threadId":"demo-thread","runId":"` + run + `","protocolVersion":"1.0","messages":[{"id":"u1","role":"user","content":"Please confirm order A-17"}],"tools":` + demoTools + `,"context":[],"state":{},"forwardedProps":{}}`
+}
+
+// legacyInput is what a 0.x client sends: no protocolVersion.
+func legacyInput(run string) string {
+	return `{"threadId":"demo-thread","runId":"` + run + `","messages":[{"id":"u1","role":"user","content":"Show me the Q3 chart"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}`
 }
 
 func demoScenarios() []scenario {
@@ -80,6 +86,73 @@ func demoScenarios() []scenario {
 				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-confirm","delta":"{\"orderId\":\"A-17\"}"}`,
 				`{"type":"TOOL_CALL_END","toolCallId":"c-confirm"}`,
 				`{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-pending","outcome":{"type":"success","pendingToolCallIds":["c-old"]}}`,
+			},
+		},
+		{
+			name: "The agent calls a tool the application never advertised",
+			explain: "delete_account is not one of the application's tools and the agent left it unanswered. " +
+				"Unchecked, the application would be holding a call it cannot execute; aguard declines it before RUN_FINISHED.",
+			input: demoInput("run-unadvertised"),
+			agent: []string{
+				started("run-unadvertised"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-del","toolCallName":"delete_account"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-del","delta":"{\"user\":\"u-42\"}"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-del"}`,
+				finished("run-unadvertised"),
+			},
+		},
+		{
+			name: "The agent sends arguments that break the tool's schema",
+			explain: "confirm_order declares orderId as a string; the model sent a number. " +
+				"The policy refuses to hand the application arguments it never agreed to, and says why.",
+			input: demoInput("run-schema"),
+			agent: []string{
+				started("run-schema"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-confirm","toolCallName":"confirm_order"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-confirm","delta":"{\"orderId\":17}"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-confirm"}`,
+				finished("run-schema"),
+			},
+		},
+		{
+			name: "The policy stops a dangerous call the agent runs itself",
+			explain: "shell is the agent's own tool; aguard cannot decline it for the application, so it ends the run " +
+				"with RUN_ERROR AGUARD_POLICY_DENIED and closes the agent's stream.",
+			input: demoInput("run-shell"),
+			agent: []string{
+				started("run-shell"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-sh","toolCallName":"shell"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-sh","delta":"{\"cmd\":\"rm -rf /var/data\"}"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-sh"}`,
+				`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c-sh","content":"deleted"}`,
+				finished("run-shell"),
+			},
+		},
+		{
+			name: "A call needs a reviewer's approval",
+			explain: "The demo policy holds money transfers for a reviewer. aguard announces it with a deadline; " +
+				"the call stays pending for the application until someone decides.",
+			input: demoInput("run-approval"),
+			agent: []string{
+				started("run-approval"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-pay","toolCallName":"transfer_funds"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-pay","delta":"{\"amount\":250,\"to\":\"savings\"}"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-pay"}`,
+				finished("run-approval"),
+			},
+		},
+		{
+			name: "A 0.x client meets 1.0 content",
+			explain: "The client sent no protocolVersion: it is on the 0.x line and would crash on content parts and on " +
+				"pendingToolCallIds. aguard flattens the result to its text and announces what it dropped.",
+			input: legacyInput("run-legacy"),
+			agent: []string{
+				started("run-legacy"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-chart","toolCallName":"render_chart"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-chart","delta":"{\"quarter\":\"Q3\"}"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-chart"}`,
+				`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c-chart","content":[{"type":"text","text":"Q3 revenue: "},{"type":"image","source":{"type":"url","value":"https://example.com/q3.png","mimeType":"image/png"}},{"type":"text","text":"up 12%"}]}`,
+				`{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-legacy","outcome":{"type":"success","pendingToolCallIds":[]}}`,
 			},
 		},
 		{
@@ -160,9 +233,9 @@ func printScenario(w io.Writer, st style, n int, sc scenario, received []string,
 // row pairs an agent event (a) with a consumer event (b); -1 is none.
 type row struct{ a, b int }
 
-// align pairs identical events by longest common subsequence; between two
-// matches, leftover events of the same type are shown as changed, others as
-// dropped or added.
+// align pairs identical events by longest common subsequence. Between two
+// matches, an agent event is paired with the next consumer event of the same
+// type (shown as changed); what stays unpaired is shown as dropped or added.
 func align(a, b []string) []row {
 	lcs := make([][]int, len(a)+1)
 	for i := range lcs {
@@ -178,23 +251,44 @@ func align(a, b []string) []row {
 		}
 	}
 	var rows []row
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
+	gap := func(ai, aj, bi, bj int) {
+		for i := ai; i < aj; i++ {
+			pair := -1
+			for j := bi; j < bj; j++ {
+				if eventType(a[i]) == eventType(b[j]) {
+					pair = j
+					break
+				}
+			}
+			if pair < 0 {
+				rows = append(rows, row{i, -1})
+				continue
+			}
+			for ; bi < pair; bi++ {
+				rows = append(rows, row{-1, bi})
+			}
+			rows = append(rows, row{i, pair})
+			bi = pair + 1
+		}
+		for ; bi < bj; bi++ {
+			rows = append(rows, row{-1, bi})
+		}
+	}
+	i, j, gi, gj := 0, 0, 0, 0
+	for i < len(a) && j < len(b) {
 		switch {
-		case i < len(a) && j < len(b) && a[i] == b[j]:
+		case a[i] == b[j]:
+			gap(gi, i, gj, j)
 			rows = append(rows, row{i, j})
 			i, j = i+1, j+1
-		case i < len(a) && j < len(b) && eventType(a[i]) == eventType(b[j]) && lcs[i+1][j+1] == lcs[i][j]:
-			rows = append(rows, row{i, j})
-			i, j = i+1, j+1
-		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
-			rows = append(rows, row{i, -1})
+			gi, gj = i, j
+		case lcs[i+1][j] >= lcs[i][j+1]:
 			i++
 		default:
-			rows = append(rows, row{-1, j})
 			j++
 		}
 	}
+	gap(gi, len(a), gj, len(b))
 	return rows
 }
 
@@ -213,7 +307,14 @@ func summarize(ev string) string {
 		return ev
 	}
 	s, _ := e["type"].(string)
-	for _, k := range []string{"runId", "toolCallId", "toolCallName", "messageId", "code", "delta", "content", "message"} {
+	if v, ok := e["value"].(map[string]any); ok {
+		for _, k := range []string{"toolCallId", "what"} {
+			if x, ok := v[k].(string); ok {
+				e[k] = x
+			}
+		}
+	}
+	for _, k := range []string{"name", "runId", "toolCallId", "toolCallName", "what", "messageId", "code", "delta", "content", "message"} {
 		if v, ok := e[k].(string); ok {
 			if k == "delta" || k == "content" || k == "message" {
 				v = fmt.Sprintf("%q", v)

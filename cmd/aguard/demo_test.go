@@ -27,6 +27,13 @@ func TestDemoRuns(t *testing.T) {
 		`~ RUN_FINISHED run-fabricated pending=["c-confirm"]`,
 		`~ RUN_FINISHED run-pending pending=["c-confirm"]`,
 		"+ RUN_ERROR AGUARD_PROTOCOL_VIOLATION",
+		"+ CUSTOM aguard.tool_call_denied c-del",
+		"+ CUSTOM aguard.tool_call_denied c-confirm",
+		"do not match its parameters schema",
+		"+ RUN_ERROR AGUARD_POLICY_DENIED",
+		"+ CUSTOM aguard.approval_required c-pay",
+		"+ CUSTOM aguard.downgrade c-chart tool_result_content",
+		`~ TOOL_CALL_RESULT c-chart t1 "Q3 revenue: up 12%"`,
 		"+ RUN_ERROR AGUARD_UPSTREAM_LOST",
 		"HTTP 400",
 		"invalid_run_input",
@@ -42,12 +49,13 @@ func TestDemoRuns(t *testing.T) {
 }
 
 // TestDemoStreamsAcceptedByOfficialClient runs every demo scenario through
-// aguard and feeds what the consumer received to the official
-// @ag-ui/client 1.0.0: each must be accepted, and the fabricated answer must
+// aguard and feeds what the consumer received to the official client of the
+// consumer's line (@ag-ui/client 1.0.0, or 0.0.58 for the scenario without
+// protocolVersion): each must be accepted, and the fabricated answer must
 // leave the call pending in the client's own view.
 func TestDemoStreamsAcceptedByOfficialClient(t *testing.T) {
 	scenarios := demoScenarios()
-	d, err := startDemo(scenarios)
+	d, err := startDemo(context.Background(), scenarios)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +76,11 @@ func TestDemoStreamsAcceptedByOfficialClient(t *testing.T) {
 		for _, ev := range received {
 			body.WriteString("data: " + ev + "\n\n")
 		}
-		reqs = append(reqs, interop.Request{Mode: interop.ModeBody, Client: interop.Client10,
+		client := interop.Client10
+		if !strings.Contains(sc.input, "protocolVersion") {
+			client = interop.Client0058
+		}
+		reqs = append(reqs, interop.Request{Mode: interop.ModeBody, Client: client,
 			Input: json.RawMessage(sc.input), Body: body.String(), ChunkSize: 7})
 		names = append(names, sc.name)
 	}
