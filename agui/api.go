@@ -57,6 +57,10 @@ type Batch struct {
 	// Done reports that the consumer's stream is over: the caller writes Out,
 	// then stops reading the upstream and closes it.
 	Done bool
+	// Calls reports what happened to tool calls in this step, in order.
+	Calls []CallEvent
+	// Run reports a run that ended in this step (Run.Kind != "").
+	Run RunEnd
 }
 
 // Reset empties b, keeping its capacity.
@@ -65,6 +69,8 @@ func (b *Batch) Reset() {
 	b.Out = b.Out[:0]
 	b.Notes = b.Notes[:0]
 	b.Done = false
+	b.Calls = b.Calls[:0]
+	b.Run = RunEnd{Pending: b.Run.Pending[:0], Interrupts: b.Run.Interrupts[:0]}
 }
 
 // Options configure a Stream.
@@ -145,4 +151,61 @@ type Verdict struct {
 // denied call is declined like a denied frontend call, before RUN_FINISHED.
 type Decider interface {
 	Decide(c *Call) Verdict
+}
+
+// CallEventKind says what happened to a tool call.
+type CallEventKind string
+
+// What happens to a tool call over a run, in order.
+const (
+	// CallStarted: the first TOOL_CALL_START (or chunk) of the call.
+	CallStarted CallEventKind = "started"
+	// CallArgumentsComplete: TOOL_CALL_END, or the end of its chunk stream.
+	// Arguments holds the complete argument text.
+	CallArgumentsComplete CallEventKind = "arguments_complete"
+	// CallDecided: the Decider's verdict. Not reported for calls allowed
+	// because there is no Decider.
+	CallDecided CallEventKind = "decided"
+	// CallAnswered: a TOOL_CALL_RESULT for the call reached the consumer.
+	// Content holds its content (a JSON string or array of parts).
+	CallAnswered CallEventKind = "answered"
+)
+
+// CallEvent reports one thing that happened to a tool call, for the ledger.
+// Its byte slices alias the Stream's memory and are valid until the next
+// call on the Stream.
+type CallEvent struct {
+	Kind     CallEventKind
+	ID, Name string
+	// Frontend reports a call to a tool the run input advertised.
+	Frontend  bool
+	Arguments []byte  // CallArgumentsComplete
+	Verdict   Verdict // CallDecided
+	Content   []byte  // CallAnswered
+}
+
+// RunEnd reports how a run ended.
+type RunEnd struct {
+	// Kind is "" (no run ended in this step), "finished" (RUN_FINISHED) or
+	// "error" (RUN_ERROR, the producer's or aguard's own).
+	Kind string
+	// RunID is the run's id as RUN_STARTED stated it.
+	RunID string
+	// Outcome is the RUN_FINISHED outcome type as the consumer receives it:
+	// "success" (also when absent), "interrupt", "cancelled", or another
+	// type the producer sent.
+	Outcome string
+	// Pending are the calls the run started and left unanswered, in start
+	// order: what RUN_FINISHED tells a 1.0 consumer is pending.
+	Pending []string
+	// Interrupts are the interrupt outcome's interrupts.
+	Interrupts []Interrupt
+	// Code is the RUN_ERROR code ("" when it had none).
+	Code string
+}
+
+// Interrupt is one interrupt of an interrupt outcome.
+type Interrupt struct {
+	ID        string
+	ExpiresAt string // as the producer wrote it; "" when absent
 }

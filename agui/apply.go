@@ -40,6 +40,8 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 	case tRunError:
 		vi := s.closeAllLanes()
 		s.runErr = true
+		code, _ := e.str("code")
+		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, string(code)
 		return vi
 	case tMessagesSnapshot:
 		if vi := s.closeAllLanes(); vi != nil {
@@ -253,6 +255,8 @@ func (s *Stream) runStartedEvent(e *ev, b *Batch) *violation {
 		s.runDone, s.runErr = false, false
 	}
 	s.runStarted = true
+	id, _ := e.str("runId")
+	s.run.runID = string(id)
 	if in := e.v.Get("input"); in != nil && in.Type() == fastjson.TypeObject {
 		s.scrubMessages(e, b, true)
 	}

@@ -10,6 +10,10 @@ package agui
 func (s *Stream) decideEnded(b *Batch, typ string) {
 	ended := s.run.ended
 	s.run.ended = s.run.ended[:0]
+	for _, c := range ended {
+		b.Calls = append(b.Calls, CallEvent{Kind: CallArgumentsComplete, ID: c.id, Name: c.name,
+			Frontend: s.in.isFrontend([]byte(c.name)), Arguments: c.args})
+	}
 	if s.opts.Decider == nil || typ == tRunError {
 		return // a run that errored has nothing left to decide
 	}
@@ -49,6 +53,7 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 		ParentMessageID: c.parent, SubagentRunID: c.own.id,
 		Reopened: c.reopened, Frontend: frontend,
 	})
+	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v})
 	switch v.Action {
 	case ActionAllow:
 		return

@@ -16,6 +16,11 @@ type RunInput struct {
 	// list in run input is the application's: the agent proposes a call, the
 	// application executes it" (seed 000, "Frontend tools").
 	Tools []Tool
+	// ToolMessages are the tool messages in messages, in order: the
+	// consumer's answers to earlier calls.
+	ToolMessages []ToolMessage
+	// Resume are the resume entries, in order.
+	Resume []ResumeEntry
 
 	tools map[string]int // name -> index in Tools (first wins)
 	// answered holds the toolCallIds of the tool messages in messages: calls
@@ -24,6 +29,24 @@ type RunInput struct {
 	// frontendCalls holds the ids of assistant toolCalls in messages that name
 	// an advertised tool.
 	frontendCalls map[string]struct{}
+}
+
+// ToolMessage is a tool message of the input: "a tool message per call, keyed
+// by toolCallId — a failure is still an answer, as a tool message with error
+// set" (seed 000, "Frontend tools").
+type ToolMessage struct {
+	ID, ToolCallID string
+	// Content is the raw JSON of its content: a string or a list of parts.
+	Content []byte
+	// Error is its error, when HasError.
+	Error    string
+	HasError bool
+}
+
+// ResumeEntry is one entry of the input's resume list.
+type ResumeEntry struct {
+	InterruptID string
+	Status      string // "resolved" or "cancelled"
 }
 
 // Tool is one advertised tool (digest §2.3).
@@ -96,6 +119,14 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 		switch string(m.GetStringBytes("role")) {
 		case "tool":
 			in.answered[string(m.GetStringBytes("toolCallId"))] = struct{}{}
+			tm := ToolMessage{ID: string(m.GetStringBytes("id")), ToolCallID: string(m.GetStringBytes("toolCallId"))}
+			if c := m.Get("content"); c != nil {
+				tm.Content = c.MarshalTo(nil)
+			}
+			if ev := m.Get("error"); ev != nil && ev.Type() == fastjson.TypeString {
+				tm.Error, tm.HasError = string(ev.GetStringBytes()), true
+			}
+			in.ToolMessages = append(in.ToolMessages, tm)
 		case "assistant":
 			for _, tc := range m.GetArray("toolCalls") {
 				if _, ok := in.tools[string(tc.GetStringBytes("function", "name"))]; ok {
@@ -103,6 +134,9 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 				}
 			}
 		}
+	}
+	for _, r := range v.GetArray("resume") {
+		in.Resume = append(in.Resume, ResumeEntry{InterruptID: string(r.GetStringBytes("interruptId")), Status: string(r.GetStringBytes("status"))})
 	}
 	return in, nil
 }

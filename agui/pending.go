@@ -51,6 +51,22 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	if _, ok := s.answered[string(id)]; !ok {
 		s.answered[string(id)] = struct{}{}
 	}
+	if !e.drop {
+		name := ""
+		if c := s.run.calls[string(id)]; c != nil {
+			name = c.name
+		}
+		var content []byte
+		if cv := e.v.Get("content"); cv != nil {
+			content = cv.MarshalTo(s.tbuf[:0])
+			s.tbuf = content
+		}
+		// Reported after the calls this result's lane closing completed
+		// (Feed), in the order the consumer sees them.
+		s.answer = CallEvent{Kind: CallAnswered, ID: string(id), Name: name,
+			Frontend: s.isFrontendCall(id), Content: content}
+		s.hasAnswer = true
+	}
 	return nil
 }
 
@@ -185,6 +201,15 @@ func (s *Stream) setPending(e *ev, b *Batch) {
 	ov := e.v.Get("outcome")
 	if ov != nil && ov.Type() == fastjson.TypeNull {
 		ov = nil
+	}
+	b.Run.Kind, b.Run.RunID, b.Run.Outcome = "finished", s.run.runID, "success"
+	b.Run.Pending = append(b.Run.Pending[:0], s.pending...)
+	if ov != nil {
+		b.Run.Outcome = string(ov.GetStringBytes("type"))
+		for _, iv := range ov.GetArray("interrupts") {
+			b.Run.Interrupts = append(b.Run.Interrupts, Interrupt{
+				ID: string(iv.GetStringBytes("id")), ExpiresAt: string(iv.GetStringBytes("expiresAt"))})
+		}
 	}
 	if ov != nil {
 		switch string(ov.GetStringBytes("type")) {

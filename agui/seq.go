@@ -110,8 +110,11 @@ type runState struct {
 	order []*call // calls in first-START order (pending list)
 	seq   int
 	// ended holds the calls whose arguments completed during the event
-	// being processed, for the Decider.
-	ended []*call
+	// being processed, for the Decider; startedNow those it started.
+	ended      []*call
+	startedNow []*call
+	// runID is the current run's id (RUN_STARTED.runId).
+	runID string
 }
 
 func newRunState() runState {
@@ -141,6 +144,7 @@ func (r *runState) reset() {
 	r.order = r.order[:0]
 	r.seq = 0
 	r.ended = r.ended[:0]
+	r.startedNow = r.startedNow[:0]
 }
 
 func (r *runState) next() int { r.seq++; return r.seq }
@@ -229,6 +233,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 	if c.started {
 		c.reopened = true
 	} else {
+		r.startedNow = append(r.startedNow, c)
 		c.started = true
 		c.name = string(name)
 		c.parent = string(parent)

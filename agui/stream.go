@@ -46,6 +46,10 @@ type Stream struct {
 	answered map[string]struct{}
 
 	pending []string // scratch: the pending list at RUN_FINISHED
+
+	// answer is the CallAnswered event of the current TOOL_CALL_RESULT.
+	answer    CallEvent
+	hasAnswer bool
 }
 
 // maxFrontendIDs bounds the frontend-call index of one stream.
@@ -121,6 +125,8 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	}
 	e := ev{typ: spec.typ, v: v, out: out, unknown: unknown}
 	s.run.ended = s.run.ended[:0]
+	s.run.startedNow = s.run.startedNow[:0]
+	s.hasAnswer = false
 	if vi := s.apply(&e, b); vi != nil {
 		if s.fatal(b, vi) {
 			return
@@ -134,12 +140,19 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		s.emit(b, spec.typ, e.out)
 		e.drop = true
 	}
+	for _, c := range s.run.startedNow {
+		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontend([]byte(c.name))})
+	}
 	// Calls whose chunk stream this event closed: the consumer synthesises
 	// their END just before this event, so what the verdict calls for comes
 	// before it too.
 	s.decideEnded(b, e.typ)
 	if s.done {
 		return
+	}
+	if s.hasAnswer {
+		b.Calls = append(b.Calls, s.answer)
+		s.hasAnswer = false
 	}
 	if !e.drop {
 		s.emit(b, spec.typ, e.out)
@@ -213,6 +226,7 @@ func (s *Stream) end(b *Batch, code, message string) {
 		s.ebuf = e
 		s.emit(b, tRunError, e)
 		s.runErr = true
+		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, code
 	}
 	s.done = true
 	b.Done = true

@@ -27,6 +27,10 @@ type Output struct {
 	Notes []agui.Note
 	// Done reports that the consumer's stream is over.
 	Done bool
+	// Calls and Run report what happened to tool calls and runs, for the
+	// ledger (see agui.Batch).
+	Calls []agui.CallEvent
+	Run   agui.RunEnd
 }
 
 // NewPipeline returns the pipeline for one response to in. A consumer whose
@@ -60,6 +64,7 @@ func (p *Pipeline) Abort(code, message string) *Output {
 func (p *Pipeline) finish() *Output {
 	o := &p.out
 	o.InType, o.Done = p.b.InType, p.b.Done
+	o.Calls, o.Run = p.b.Calls, p.b.Run
 	if p.bridge == nil {
 		o.Events, o.Notes = p.b.Out, p.b.Notes
 		return o
