@@ -115,3 +115,20 @@ func reportPercentiles(b *testing.B, durs []time.Duration) {
 	b.ReportMetric(at(0.50), "p50-ns")
 	b.ReportMetric(at(0.99), "p99-ns")
 }
+
+// BenchmarkInputValue measures the conversion of an Input to the OPA value
+// alone, the part of Decide that grows with the arguments.
+func BenchmarkInputValue(b *testing.B) {
+	for _, shape := range []string{"small", "text", "records"} {
+		in := benchInput(benchArgs(b, shape, 10<<10))
+		b.Run(shape, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(in.Call.Arguments)))
+			for b.Loop() {
+				if _, err := in.astValue(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

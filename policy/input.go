@@ -8,12 +8,6 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 )
 
-// Phases at which aguard evaluates a policy (Input.Phase).
-const (
-	phaseToolCallEnd = "tool_call_end"
-	phaseRunFinished = "run_finished"
-)
-
 // Input is the document a policy sees as `input`, field for field the shape of
 // the design's §4. Its JSON encoding is what the policy sees, with two
 // normalisations: a nil slice or map is seen as an empty array or object, and a

@@ -93,6 +93,7 @@ func TestDecodeJSONTerm(t *testing.T) {
 		`null`, `true`, `false`, `0`, `-0`, `12`, `-3.25e+10`, `1E-2`, `123456789012345678901234567890`,
 		`""`, `"plain"`, `"esc \" \\ \/ \b \f \n \r \t"`, `"\u00e9\u4e2d"`, `"\ud83d\ude00 pair"`, `"lone \ud83d surrogate"`,
 		`"raw é 中 😀"`, "\"bad utf8 \xff\xfe\"",
+		`"long enough to skip words \" then an escaped quote"`, `"sixteen bytes ok\\backslash after"`, `"0123456789abcdef\u00e9 é"`,
 		`[]`, `{}`, ` [1, "a", [true, null], {"k": {}}] `, `{"a": 1, "b": [1, 2, {"c": "d"}]}`,
 		`{"dup": 1, "dup": 2}`, `[{"id": 1, "name": "x"}, {"id": 2, "name": "y"}, {"name": "z", "id": 3}]`,
 		`{"` + strings.Repeat("k", 100) + `": 1, "\u006b": 2, "k": 3}`,
@@ -111,7 +112,7 @@ func TestDecodeJSONTerm(t *testing.T) {
 	invalid := []string{
 		``, ` `, `nul`, `True`, `NaN`, `Infinity`, `-`, `01`, `1.`, `.5`, `1e`, `+1`, `0x10`,
 		`"unterminated`, `"bad \x escape"`, `"\u12"`, "\"tab\tinside\"", `[1,]`, `[1 2]`, `{"a":1,}`,
-		`{"a" 1}`, `{a: 1}`, `{"a":1`, `[`, `{} {}`, `1 x`, `'single'`,
+		`{"a" 1}`, `{a: 1}`, "\"0123456789abcdef\x01 control after a word\"", "\"0123456789abcdef\x1f\"", `{"a":1`, `[`, `{} {}`, `1 x`, `'single'`,
 	}
 	for _, doc := range invalid {
 		t.Run("invalid "+doc, func(t *testing.T) {
@@ -135,7 +136,7 @@ func TestDecodeJSONTermDepth(t *testing.T) {
 // FuzzDecodeJSONTerm checks the decoder against encoding/json: the same
 // documents are accepted, and they decode to the same value.
 func FuzzDecodeJSONTerm(f *testing.F) {
-	for _, s := range []string{`{"a":[1,2.5e3,"x\u00e9",null,true]}`, `[{"k":1},{"k":2}]`, `"\ud800"`, `01`, `[1,]`} {
+	for _, s := range []string{`{"a":[1,2.5e3,"x\u00e9",null,true]}`, `[{"k":1},{"k":2}]`, `"\ud800"`, `01`, `[1,]`, `"a long plain string of more than eight bytes, then \u00e9"`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
