@@ -25,22 +25,24 @@ import (
 
 // Config is the resolved configuration of aguard serve.
 type Config struct {
-	Listen           string
-	Upstream         string
-	UpstreamProtocol string
-	Routes           []Route
-	AdminListen      string
-	AdminToken       string
-	Mode             string
-	Policy           string
-	ApprovalTimeout  time.Duration
-	MaxBody          int64
-	MaxEvent         int64
-	DrainTimeout     time.Duration
-	Heartbeat        time.Duration
-	UpstreamTimeout  time.Duration
-	LogFormat        string
-	ConfigFile       string
+	Listen            string
+	Upstream          string
+	UpstreamProtocol  string
+	Routes            []Route
+	AdminListen       string
+	AdminToken        string
+	Mode              string
+	Policy            string
+	ApprovalTimeout   time.Duration
+	Redis             string
+	ClientToolTimeout time.Duration
+	MaxBody           int64
+	MaxEvent          int64
+	DrainTimeout      time.Duration
+	Heartbeat         time.Duration
+	UpstreamTimeout   time.Duration
+	LogFormat         string
+	ConfigFile        string
 }
 
 // Route sends requests whose path starts with Path to Upstream. The longest
@@ -95,6 +97,16 @@ var Flags = []Flag{
 		func(c *Config, v string) error { c.Policy = v; return nil }},
 	{"approval-timeout", "10m", "default time a reviewer has to decide a call a policy holds for approval",
 		func(c *Config, v string) (err error) { c.ApprovalTimeout, err = parseDuration(v); return err }},
+	{"redis", "", "redis://host:port/db of the Redis that replicas share the ledger through (none: the in-process LRU only)",
+		func(c *Config, v string) error {
+			if v != "" && !strings.HasPrefix(v, "redis://") && !strings.HasPrefix(v, "rediss://") {
+				return fmt.Errorf("want a redis:// URL, got %q", v)
+			}
+			c.Redis = v
+			return nil
+		}},
+	{"client-tool-timeout", "24h", "time the application has to answer a pending frontend call (clientToolDeadlineAt)",
+		func(c *Config, v string) (err error) { c.ClientToolTimeout, err = parseDuration(v); return err }},
 	{"max-body", "8MiB", "largest RunAgentInput accepted (413 too_large above it)",
 		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
 	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",

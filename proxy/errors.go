@@ -14,12 +14,25 @@ const (
 	errUpstreamUnavailable = "upstream_unavailable"
 	errShuttingDown        = "shutting_down" // addition: 503 while draining
 	errNoRoute             = "no_route"      // addition: 404 when no route matches
+	errUnansweredToolCalls = "unanswered_tool_calls"
+	errAwaitingApproval    = "awaiting_approval"
+	errUncoveredInterrupts = "uncovered_interrupts"
 )
 
 // writeError answers with status and the JSON body
 // {"error":{"code":…,"message":…}}; message is escaped by encoding/json.
 func writeError(ctx *fasthttp.RequestCtx, status int, code, message string) {
-	body, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": message}})
+	writeErrorIDs(ctx, status, code, message, "", nil)
+}
+
+// writeErrorIDs is writeError with a list of ids inside error, under key
+// (toolCallIds, interruptIds).
+func writeErrorIDs(ctx *fasthttp.RequestCtx, status int, code, message, key string, ids []string) {
+	e := map[string]any{"code": code, "message": message}
+	if key != "" {
+		e[key] = ids
+	}
+	body, _ := json.Marshal(map[string]any{"error": e})
 	ctx.Response.Reset()
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json")

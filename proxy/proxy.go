@@ -27,6 +27,7 @@ import (
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/downgrade"
 	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/state"
 	"github.com/valyala/fasthttp"
 )
 
@@ -66,6 +67,12 @@ type Options struct {
 	// ApprovalTimeout is the time a reviewer has when a policy requires
 	// approval without setting its own.
 	ApprovalTimeout time.Duration
+	// State is the tool-call ledger; nil keeps no ledger and checks nothing
+	// across runs.
+	State *state.Store
+	// ClientToolTimeout is the time the application has to answer a
+	// pending frontend call (clientToolDeadlineAt).
+	ClientToolTimeout time.Duration
 	// MaxUpstreamConns bounds the open connections to each agent server, one
 	// per running stream.
 	MaxUpstreamConns int
@@ -111,6 +118,9 @@ func New(opt Options) (*Proxy, error) {
 	}
 	if opt.ApprovalTimeout <= 0 {
 		opt.ApprovalTimeout = 10 * time.Minute
+	}
+	if opt.ClientToolTimeout <= 0 {
+		opt.ClientToolTimeout = 24 * time.Hour
 	}
 	if opt.MaxUpstreamConns <= 0 {
 		opt.MaxUpstreamConns = 10000
@@ -274,8 +284,31 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 
+	var answers map[string]agui.Answer
+	if run && p.opt.State != nil {
+		var refusal *threadRefusal
+		refusal, answers = p.checkThread(ctx, in)
+		if refusal != nil {
+			writeErrorIDs(ctx, fasthttp.StatusConflict, refusal.code, refusal.message, refusal.key, refusal.ids)
+			p.m.requests.WithLabelValues("409").Inc()
+			return
+		}
+	}
+
 	req := fasthttp.AcquireRequest()
 	ctx.Request.CopyTo(req)
+	if len(answers) > 0 {
+		body, err := agui.AnswerToolMessages(req.Body(), answers)
+		if err != nil {
+			fasthttp.ReleaseRequest(req)
+			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
+			return
+		}
+		for id, a := range answers {
+			p.log.Info("tool message rewritten to a decline", "toolCallId", id, "reason", a.Error, "threadId", in.ThreadID, "runId", in.RunID)
+		}
+		req.SetBody(body)
+	}
 	stripHopHeaders(&req.Header)
 	req.Header.ResetConnectionClose()
 	req.SetRequestURI(up.target(ctx.RequestURI()))

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,7 @@ type stream struct {
 	resp  *fasthttp.Response
 	conn  net.Conn // the consumer's connection: read to see it leave, deadline to see it stall
 	pipe  *Pipeline
+	led   *ledger // nil without a state store
 	log   *slog.Logger
 	start time.Time
 }
@@ -61,6 +63,9 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 		pipe:  NewPipeline(in, opts),
 		log:   p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
 		start: time.Now(),
+	}
+	if p.opt.State != nil {
+		s.led = newLedger(p.opt.State, in, p.opt.ClientToolTimeout, s.log)
 	}
 	p.m.streamsOpen.Inc()
 	ctx.SetBodyStreamWriter(s.run)
@@ -167,6 +172,11 @@ func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) 
 		}
 
 		s.note(out.Notes)
+		if s.led != nil {
+			// Before the events go out: what RUN_FINISHED says is pending
+			// must be recorded before the consumer reads it.
+			s.led.record(context.Background(), out)
+		}
 		if len(out.Events) > 0 {
 			if now := time.Now(); now.Sub(lastDeadline) > time.Second {
 				s.conn.SetWriteDeadline(now.Add(stalledConsumer))

@@ -13,6 +13,14 @@ fuzztime=${FUZZTIME:-5s}
 echo "== installing test dependencies"
 go mod download
 npm ci --prefix interop --no-audit --no-fund --loglevel=error
+# The ledger's tests start throwaway redis-server processes of their own
+# (internal/redistest); only the binary is needed.
+if ! command -v redis-server >/dev/null 2>&1; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './interop/node_modules/*'))
@@ -33,3 +41,5 @@ fuzz ./sse FuzzEvents
 fuzz ./agui FuzzScan
 fuzz ./agui FuzzParseRunInput
 fuzz ./agui FuzzStream
+fuzz ./downgrade FuzzBridge
+fuzz ./policy FuzzDecodeJSONTerm

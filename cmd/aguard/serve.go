@@ -15,6 +15,7 @@ import (
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
+	"github.com/aguard/aguard/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -40,6 +41,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 // running is a started proxy with its admin listener.
 type running struct {
 	proxy     *proxy.Proxy
+	store     *state.Store
 	admin     *http.Server
 	addr      net.Addr
 	adminAddr net.Addr
@@ -60,6 +62,12 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	go engine.Watch(ctx, policyPoll)
+	// Redis being down at start is not fatal: the store starts degraded and
+	// catches up when Redis answers.
+	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, Logger: log, Registerer: reg})
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "aguard_policy_reload_failing",
 		Help: "1 while the last reload of the policy folder failed (the last good policy keeps serving).",
@@ -88,24 +96,27 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		Metrics:          proxy.NewMetrics(reg),
 	})
 	if err != nil {
+		store.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		store.Close()
 		return nil, fmt.Errorf("data plane: %w", err)
 	}
 	adminLn, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		ln.Close()
+		store.Close()
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, store: store, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
-				Ready:    []admin.Check{p.Ready, policyReady(engine)},
+				Ready:    []admin.Check{p.Ready, policyReady(engine), store.Ready},
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
@@ -120,7 +131,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	}()
 	revision, _ := engine.Status()
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
-		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policyName(cfg.Policy), "revision", revision)
+		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policyName(cfg.Policy), "revision", revision, "redis", cfg.Redis != "")
 	return r, nil
 }
 
@@ -133,6 +144,9 @@ func (r *running) shutdown(timeout time.Duration) error {
 		r.log.Warn("drain timeout ran out; running streams ended with AGUARD_SHUTDOWN")
 	}
 	err := r.proxy.Close()
+	if serr := r.store.Close(); serr != nil {
+		r.log.Warn("closing the ledger", "err", serr)
+	}
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer acancel()
 	r.admin.Shutdown(actx)
