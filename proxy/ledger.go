@@ -131,14 +131,18 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd, now time.Time) 
 			continue
 		}
 		th.PendingCalls = append(th.PendingCalls, id)
-		if c.Status != state.StatusRequiresConfirmation {
-			// Dispatched to the application (or, for a call the agent left
-			// unanswered and the policy let stand, handed to it), which has
-			// until the deadline to answer (seed 003, clientToolDeadlineAt).
-			c.Status = state.StatusExecuting
-			deadline := now.Add(l.clientToolTimeout)
-			c.ClientToolDeadlineAt = &deadline
+		if c.Status == state.StatusRequiresConfirmation {
+			// Its record belongs to the reviewers now: a decision may
+			// already have been made on any replica, and this copy must not
+			// overwrite it.
+			continue
 		}
+		// Dispatched to the application (or, for a call the agent left
+		// unanswered and the policy let stand, handed to it), which has
+		// until the deadline to answer (seed 003, clientToolDeadlineAt).
+		c.Status = state.StatusExecuting
+		deadline := now.Add(l.clientToolTimeout)
+		c.ClientToolDeadlineAt = &deadline
 		writes = append(writes, c)
 	}
 	// Whatever else this stream started and did not finish ends with the run.

@@ -117,6 +117,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
 				Ready:    []admin.Check{p.Ready, policyReady(engine), store.Ready},
+				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout}),
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
