@@ -80,7 +80,7 @@ var errCorrupt = errors.New("corrupt data in redis")
 // errConflict reports a failed compare-and-set; UpdateCall retries on it.
 var errConflict = errors.New("version conflict")
 
-// callWrite is one record for writeItems, already normalized.
+// callWrite is one record for writeRedis, already normalized.
 type callWrite struct {
 	call     *ToolCall
 	expected int64 // stored version required, or -1 for an unconditional write

@@ -785,7 +785,7 @@ func (s *Store) prepareThread(t *Thread) (*Thread, error) {
 	return n, nil
 }
 
-// cacheItem puts a queued-to-be item into the LRU as a local write.
+// cacheItem puts an item about to be written into the LRU as a local write.
 func (s *Store) cacheItem(it *item) {
 	if it.call != nil {
 		s.cacheCall(it.call, 0, 0, 0)
