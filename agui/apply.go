@@ -255,6 +255,7 @@ func (s *Stream) runStartedEvent(e *ev, b *Batch) *violation {
 		s.runDone, s.runErr = false, false
 	}
 	s.runStarted = true
+	s.runs++
 	id, _ := e.str("runId")
 	s.run.runID = string(id)
 	if in := e.v.Get("input"); in != nil && in.Type() == fastjson.TypeObject {

@@ -149,6 +149,11 @@ func (r *runState) reset() {
 
 func (r *runState) next() int { r.seq++; return r.seq }
 
+// size is the number of entities the run tracks.
+func (r *runState) size() int {
+	return len(r.msgs) + len(r.reasoning) + len(r.activities) + len(r.calls) + len(r.steps) + len(r.subClosed)
+}
+
 func q(b []byte) string { return "'" + string(b) + "'" }
 
 // textStart: "TEXT_MESSAGE_START for an id that is open" is fatal; a reopen

@@ -23,6 +23,7 @@ type Stream struct {
 	ebuf []byte // aguard's own RUN_ERROR
 
 	done bool
+	runs int // RUN_STARTED events seen
 
 	// verifyEvents' stream-level flags.
 	first      bool // a known event has been seen
@@ -54,6 +55,16 @@ type Stream struct {
 
 // maxFrontendIDs bounds the frontend-call index of one stream.
 const maxFrontendIDs = 1 << 16
+
+// Per-stream bounds: whatever an agent sends, a stream's memory stays
+// bounded. Past one, the stream ends with RUN_ERROR AGUARD_LIMIT_EXCEEDED.
+const (
+	// maxEntitiesPerRun bounds the messages, reasoning entities, tool calls
+	// and steps one run may open.
+	maxEntitiesPerRun = 100_000
+	// maxRunsPerStream bounds the runs one response may carry.
+	maxRunsPerStream = 10_000
+)
 
 // NewStream returns the state machine for one response to the run input in.
 // in may be nil (no advertised tools, nothing answered).
@@ -134,6 +145,14 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	}
 	if s.done {
 		return // a policy ended the stream while applying the event
+	}
+	if n := s.run.size(); n > maxEntitiesPerRun {
+		s.end(b, CodeLimitExceeded, "the run opened more than 100000 messages, tool calls and steps")
+		return
+	}
+	if s.runs > maxRunsPerStream {
+		s.end(b, CodeLimitExceeded, "the response carried more than 10000 runs")
+		return
 	}
 	if e.typ == tToolEnd && !e.drop {
 		// What a verdict on this call calls for follows its END.

@@ -25,24 +25,25 @@ import (
 
 // Config is the resolved configuration of aguard serve.
 type Config struct {
-	Listen            string
-	Upstream          string
-	UpstreamProtocol  string
-	Routes            []Route
-	AdminListen       string
-	AdminToken        string
-	Mode              string
-	Policy            string
-	ApprovalTimeout   time.Duration
-	Redis             string
-	ClientToolTimeout time.Duration
-	MaxBody           int64
-	MaxEvent          int64
-	DrainTimeout      time.Duration
-	Heartbeat         time.Duration
-	UpstreamTimeout   time.Duration
-	LogFormat         string
-	ConfigFile        string
+	Listen              string
+	Upstream            string
+	UpstreamProtocol    string
+	Routes              []Route
+	AdminListen         string
+	AdminToken          string
+	Mode                string
+	Policy              string
+	ApprovalTimeout     time.Duration
+	Redis               string
+	ClientToolTimeout   time.Duration
+	MaxBody             int64
+	MaxEvent            int64
+	DrainTimeout        time.Duration
+	Heartbeat           time.Duration
+	UpstreamTimeout     time.Duration
+	UpstreamIdleTimeout time.Duration
+	LogFormat           string
+	ConfigFile          string
 }
 
 // Route sends requests whose path starts with Path to Upstream. The longest
@@ -117,6 +118,8 @@ var Flags = []Flag{
 		func(c *Config, v string) (err error) { c.Heartbeat, err = parseDuration(v); return err }},
 	{"upstream-timeout", "30s", "how long the agent may take to connect and send response headers (504 after it)",
 		func(c *Config, v string) (err error) { c.UpstreamTimeout, err = parseDuration(v); return err }},
+	{"upstream-idle-timeout", "10m", "a stream whose agent sends nothing (not even a comment) for this long ends with AGUARD_UPSTREAM_LOST; checked at each heartbeat",
+		func(c *Config, v string) (err error) { c.UpstreamIdleTimeout, err = parseDuration(v); return err }},
 	{"log-format", "text", "log format on stderr: text or json",
 		func(c *Config, v string) error {
 			if v != "text" && v != "json" {

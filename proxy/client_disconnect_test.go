@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -74,5 +75,42 @@ func TestHeartbeatInSilence(t *testing.T) {
 	rest := readAll(t, r)
 	if len(rest) != 1 || field(t, rest[0], "type") != "RUN_FINISHED" {
 		t.Fatalf("rest = %q", rest)
+	}
+}
+
+// TestSilentAgentEndsAtTheIdleLimit pins the idle limit: an agent that stalls
+// sends heartbeats to the consumer until it has been silent for the limit,
+// then the consumer gets RUN_ERROR AGUARD_UPSTREAM_LOST and the agent's
+// request is cancelled. Comments from the agent count as activity.
+func TestSilentAgentEndsAtTheIdleLimit(t *testing.T) {
+	cancelled := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		// Comments keep it alive past the limit…
+		for range 6 {
+			time.Sleep(40 * time.Millisecond)
+			io.WriteString(w, ": agent keep-alive\n\n")
+			w.(http.Flusher).Flush()
+		}
+		// …then it stalls.
+		<-r.Context().Done()
+		close(cancelled)
+	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond; o.UpstreamIdleTimeout = 150 * time.Millisecond })
+	start := time.Now()
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+	defer resp.Body.Close()
+	got := readAll(t, resp.Body)
+	if len(got) != 2 || field(t, got[1], "code") != "AGUARD_UPSTREAM_LOST" || !strings.Contains(field(t, got[1], "message"), "sent nothing for") {
+		t.Fatalf("got %q", got)
+	}
+	if time.Since(start) < 240*time.Millisecond {
+		t.Fatalf("ended after %s: the agent's comments did not count as activity", time.Since(start))
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stalled agent's request was not cancelled")
 	}
 }

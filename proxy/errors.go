@@ -12,8 +12,9 @@ const (
 	errInvalidRunInput     = "invalid_run_input"
 	errTooLarge            = "too_large"
 	errUpstreamUnavailable = "upstream_unavailable"
-	errShuttingDown        = "shutting_down" // addition: 503 while draining
-	errNoRoute             = "no_route"      // addition: 404 when no route matches
+	errShuttingDown        = "shutting_down"     // addition: 503 while draining
+	errNoRoute             = "no_route"          // addition: 404 when no route matches
+	errHeadersTooLarge     = "headers_too_large" // addition: 431
 	errUnansweredToolCalls = "unanswered_tool_calls"
 	errAwaitingApproval    = "awaiting_approval"
 	errUncoveredInterrupts = "uncovered_interrupts"

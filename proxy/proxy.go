@@ -59,6 +59,9 @@ type Options struct {
 	// UpstreamTimeout bounds connecting to the agent and receiving its
 	// response headers.
 	UpstreamTimeout time.Duration
+	// UpstreamIdleTimeout ends a stream whose agent has sent nothing for
+	// that long (checked at each heartbeat), with AGUARD_UPSTREAM_LOST.
+	UpstreamIdleTimeout time.Duration
 	// Monitor makes the stream checks decide and log everything but change
 	// nothing.
 	Monitor bool
@@ -79,6 +82,9 @@ type Options struct {
 	Logger           *slog.Logger
 	Metrics          *Metrics
 }
+
+// maxHeaderBytes bounds a request's line and headers.
+const maxHeaderBytes = 16 << 10
 
 // stalledConsumer is how long a consumer may accept no bytes at all before
 // its stream is ended; a consumer that reads slowly is back-pressured, never
@@ -115,6 +121,9 @@ func New(opt Options) (*Proxy, error) {
 	}
 	if opt.UpstreamTimeout <= 0 {
 		opt.UpstreamTimeout = 30 * time.Second
+	}
+	if opt.UpstreamIdleTimeout <= 0 {
+		opt.UpstreamIdleTimeout = 10 * time.Minute
 	}
 	if opt.ApprovalTimeout <= 0 {
 		opt.ApprovalTimeout = 10 * time.Minute
@@ -155,6 +164,8 @@ func New(opt Options) (*Proxy, error) {
 		Handler:            p.handle,
 		ErrorHandler:       p.handleReadError,
 		MaxRequestBodySize: int(opt.MaxBody),
+		// Request headers above this are refused (431 headers_too_large).
+		ReadBufferSize: maxHeaderBytes,
 		// ReadTimeout bounds reading a request (slow-loris); WriteTimeout
 		// would be one deadline over the whole response and cut long
 		// streams, so it stays off (streams have their own stall limit).
@@ -243,6 +254,12 @@ func (p *Proxy) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, errTooLarge,
 			fmt.Sprintf("request body is larger than the limit of %d bytes", p.opt.MaxBody))
+		return
+	}
+	var small *fasthttp.ErrSmallBuffer
+	if errors.As(err, &small) || errors.Is(err, fasthttp.ErrSmallReadBuffer) {
+		p.fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errHeadersTooLarge,
+			fmt.Sprintf("request line and headers are larger than the limit of %d bytes", maxHeaderBytes))
 		return
 	}
 	p.fail(ctx, fasthttp.StatusBadRequest, "bad_request", "cannot read request: "+err.Error())

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/aguard/aguard/agui"
@@ -86,12 +87,14 @@ func (s *stream) run(w *bufio.Writer) {
 	items := make(chan item, 16)
 	stop := make(chan struct{})
 	body := s.resp.BodyStream()
+	activity := &activityReader{r: body}
+	activity.last.Store(time.Now().UnixNano())
 	go func() {
 		defer close(items)
 		if body == nil {
 			return
 		}
-		for data, err := range sse.Events(body, int(p.opt.MaxEvent)) {
+		for data, err := range sse.Events(activity, int(p.opt.MaxEvent)) {
 			select {
 			case items <- item{data: data, err: err}:
 			case <-stop:
@@ -103,7 +106,7 @@ func (s *stream) run(w *bufio.Writer) {
 	gone := make(chan struct{})
 	go watchConsumer(s.conn, gone)
 
-	end := s.pump(w, items, gone)
+	end := s.pump(w, items, gone, activity)
 
 	// Stop the reader: closing the body interrupts a blocked Read and closes
 	// the upstream connection, which the agent sees as a cancellation.
@@ -124,7 +127,7 @@ func (s *stream) run(w *bufio.Writer) {
 // pump moves events until the stream is over and says how it ended:
 // "completed" (the agent's body ended), "ended" (aguard ended it: violation,
 // limit), "consumer_gone", or "shutdown".
-func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) string {
+func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}, activity *activityReader) string {
 	p := s.p
 	heartbeat := time.NewTimer(p.opt.Heartbeat)
 	defer heartbeat.Stop()
@@ -158,6 +161,12 @@ func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) 
 				}
 			}
 		case <-heartbeat.C:
+			if silent := time.Since(time.Unix(0, activity.last.Load())); silent >= p.opt.UpstreamIdleTimeout {
+				out = s.pipe.End(fmt.Errorf("the agent sent nothing for %s", silent.Round(time.Second)))
+				p.m.upstreamErrors.WithLabelValues("idle").Inc()
+				end = "ended"
+				break
+			}
 			if sse.WritePing(w) != nil || w.Flush() != nil {
 				return "consumer_gone"
 			}
@@ -200,6 +209,21 @@ func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}) 
 			return end
 		}
 	}
+}
+
+// activityReader records when the agent last sent any bytes, comments
+// included (the SSE parser drops those), for the idle limit.
+type activityReader struct {
+	r    io.Reader
+	last atomic.Int64 // unix nanoseconds of the last read that returned data
+}
+
+func (a *activityReader) Read(b []byte) (int, error) {
+	n, err := a.r.Read(b)
+	if n > 0 {
+		a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // note logs and counts what the stream checks noticed.
