@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -280,5 +281,46 @@ decision := {"action": "deny", "reason": "closed for maintenance"}
 	}
 	if _, lastErr := engine.Status(); lastErr == nil {
 		t.Fatal("Status does not report the broken policy")
+	}
+}
+
+// TestBrokenPolicyMidRun replaces the policy folder with a broken policy
+// while a run is streaming: the run goes on, and its calls are decided by the
+// last good policy.
+func TestBrokenPolicyMidRun(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writePolicy(t, dir, `package aguard
+decision := {"action": "deny", "reason": "last good policy"}
+`)
+	engine, err := policy.New(ctx, policy.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	events := callRun("mid", "confirm_order", `{"orderId":"A"}`, false)
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(events[0]))
+		w.(http.Flusher).Flush()
+		<-release
+		for _, e := range events[1:] {
+			io.WriteString(w, frame(e))
+		}
+	}, func(o *Options) { o.Policy = engine })
+	resp := h.post(t, ctx, "/agent", confirmInput("mid"))
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if ev, err := (&frames{r: br}).next(); err != nil || !strings.Contains(ev, "RUN_STARTED") {
+		t.Fatalf("first event %q %v", ev, err)
+	}
+	writePolicy(t, dir, "package aguard\ndecision := {\n")
+	if err := engine.Reload(ctx); err == nil {
+		t.Fatal("a broken policy reloaded")
+	}
+	close(release)
+	got := readAll(t, br)
+	if !strings.Contains(strings.Join(got, "\n"), `"reason":"last good policy"`) {
+		t.Fatalf("the run was not decided by the last good policy:\n%s", strings.Join(got, "\n"))
 	}
 }

@@ -76,6 +76,10 @@ type Options struct {
 	// ClientToolTimeout is the time the application has to answer a
 	// pending frontend call (clientToolDeadlineAt).
 	ClientToolTimeout time.Duration
+	// AdminToken is the admin API's token. A data-plane request header that
+	// carries it is removed before the request is forwarded: the token must
+	// never reach an agent.
+	AdminToken string
 	// MaxUpstreamConns bounds the open connections to each agent server, one
 	// per running stream.
 	MaxUpstreamConns int
@@ -327,6 +331,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		req.SetBody(body)
 	}
 	stripHopHeaders(&req.Header)
+	p.stripAdminToken(&req.Header)
 	req.Header.ResetConnectionClose()
 	req.SetRequestURI(up.target(ctx.RequestURI()))
 	req.Header.SetHostBytes(req.URI().Host())
@@ -371,6 +376,23 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 	streaming = true
 	p.startStream(ctx, resp, in, up)
+}
+
+// stripAdminToken removes every header whose value carries the admin token.
+func (p *Proxy) stripAdminToken(h *fasthttp.RequestHeader) {
+	if p.opt.AdminToken == "" {
+		return
+	}
+	var names []string
+	for k, v := range h.All() {
+		if bytes.Contains(v, []byte(p.opt.AdminToken)) {
+			names = append(names, string(k))
+		}
+	}
+	for _, name := range names {
+		h.Del(name)
+		p.log.Warn("a request carried the admin token in a header; the header was not forwarded", "header", name)
+	}
 }
 
 // fasthttpLogger sends fasthttp's own messages (connections it could not

@@ -231,7 +231,7 @@ func (s *stream) note(notes []agui.Note) {
 	for _, n := range notes {
 		s.p.m.notes.WithLabelValues(n.Kind).Inc()
 		level := slog.LevelInfo
-		if n.Kind == "violation" {
+		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
 			level = slog.LevelWarn
 		}
 		s.log.Log(nil, level, n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID)

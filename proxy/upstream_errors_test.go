@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -144,7 +145,8 @@ func TestUpstreamUnavailable(t *testing.T) {
 }
 
 // TestRequestForwarded pins what the agent receives: the body unchanged, end
-// to end headers kept, hop-by-hop headers dropped, SSE asked for.
+// to end headers kept, hop-by-hop headers and any header carrying the admin
+// token dropped (and the token never logged), SSE asked for.
 func TestRequestForwarded(t *testing.T) {
 	type seen struct {
 		body   string
@@ -152,11 +154,15 @@ func TestRequestForwarded(t *testing.T) {
 		uri    string
 	}
 	got := make(chan seen, 1)
+	logs := &syncBuffer{}
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- seen{string(b), r.Header.Clone(), r.URL.RequestURI()}
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, frame(`{"type":"RUN_ERROR","message":"x"}`))
+	}, func(o *Options) {
+		o.AdminToken = "admin-s3cret"
+		o.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	body := `{"threadId":"t","runId":"r","messages":[],"forwardedProps":{"z":1,"a":[true,null]},  "extra": "kept"}`
 	req, _ := http.NewRequest("POST", h.url+"/agents/a?v=2", strings.NewReader(body))
@@ -167,6 +173,7 @@ func TestRequestForwarded(t *testing.T) {
 	req.Header.Set("Connection", "keep-alive, X-Hop")
 	req.Header.Set("X-Hop", "must-not-pass")
 	req.Header.Set("Proxy-Authorization", "Basic x")
+	req.Header.Set("X-Leaked", "Bearer admin-s3cret")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -177,12 +184,15 @@ func TestRequestForwarded(t *testing.T) {
 	if s.body != body {
 		t.Errorf("body changed: %q", s.body)
 	}
+	if strings.Contains(logs.String(), "admin-s3cret") || !strings.Contains(logs.String(), "X-Leaked") {
+		t.Errorf("logs: %s", logs.String())
+	}
 	if s.uri != "/agents/a?v=2" {
 		t.Errorf("request URI %q", s.uri)
 	}
 	for name, want := range map[string]string{
 		"Authorization": "Bearer user-token", "X-User": "alice", "Accept": "text/event-stream",
-		"X-Hop": "", "Proxy-Authorization": "", "X-Forwarded-For": "127.0.0.1",
+		"X-Hop": "", "Proxy-Authorization": "", "X-Forwarded-For": "127.0.0.1", "X-Leaked": "",
 	} {
 		if v := s.header.Get(name); v != want {
 			t.Errorf("agent saw %s = %q, want %q", name, v, want)
