@@ -1,0 +1,422 @@
+package webhook
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aguard/aguard/state"
+)
+
+// Event types, the value of the body's "type" and of the X-Aguard-Event
+// header. They are a public contract: receivers switch on them.
+const (
+	// TypeToolCallStarted is sent when aguard first relays a tool call.
+	TypeToolCallStarted = "llm.tool_call_started"
+	// TypeApprovalRequired is sent when a tool call waits for an approval
+	// decision; tool_call.requires_approval_at is the deadline.
+	TypeApprovalRequired = "llm.tool_call_approval_required"
+	// TypeToolCallCompleted is sent when a tool call reaches a terminal
+	// status, whichever it is.
+	TypeToolCallCompleted = "llm.tool_call_completed"
+)
+
+// Defaults of Options.
+const (
+	defaultQueueSize   = 10_000
+	defaultMaxAttempts = 12
+	defaultMinBackoff  = 500 * time.Millisecond
+	defaultMaxBackoff  = time.Minute
+	defaultTimeout     = 10 * time.Second
+)
+
+// createdAtLayout is RFC 3339 with milliseconds; used in UTC, it ends in Z.
+const createdAtLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// Options configure a Notifier. The zero value of each field means its
+// default.
+type Options struct {
+	// URLs each receive every event, in the order Notify was called. Each
+	// must be an absolute http or https URL with a host, and appear once.
+	// With none, Notify does nothing.
+	URLs []string
+	// Secret keys the HMAC-SHA256 signature in X-Aguard-Signature. Empty
+	// means deliveries are sent without that header, which New reports
+	// once as a warning.
+	Secret string
+	// QueueSize bounds the deliveries waiting for each URL, besides the one
+	// in flight (default 10 000). When a URL's queue is full, its oldest
+	// waiting delivery is dropped to make room, and counted.
+	QueueSize int
+	// MaxAttempts bounds the attempts of one delivery (default 12), after
+	// which it is counted as failed and the next one is sent.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff shape the wait between attempts: it starts
+	// at MinBackoff (default 500ms) and doubles after every failed attempt
+	// up to MaxBackoff (default 1 minute), and each wait is drawn at random
+	// between half of that and all of it. A Retry-After header on the
+	// answer lengthens the wait, up to MaxBackoff.
+	MinBackoff, MaxBackoff time.Duration
+	// Timeout bounds each attempt, from dialing to reading the answer
+	// (default 10s).
+	Timeout time.Duration
+	// Client sends the requests. The default follows no redirects (a 3xx
+	// answer is a failed attempt) and has Timeout; its idle connections are
+	// closed by Close. A Client given here is used as is, and its
+	// connections are left alone.
+	Client *http.Client
+	// Logger receives reports of failed and dropped deliveries (default:
+	// discard). It never receives a request body.
+	Logger *slog.Logger
+	// Registerer, when set, registers aguard_webhook_deliveries_total
+	// {result="delivered|failed|dropped"}, aguard_webhook_attempts_total
+	// {result="ok|error|status"} and aguard_webhook_queue_depth.
+	Registerer prometheus.Registerer
+	// Now stamps created_at and the signature timestamps (default
+	// time.Now). Waits between attempts use the real clock.
+	Now func() time.Time
+}
+
+// Notifier sends webhook events to the configured URLs. Its methods are
+// safe for concurrent use. It runs one goroutine per URL until Close,
+// which must be called to stop them.
+type Notifier struct {
+	targets     []*target
+	secret      string
+	maxAttempts int
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	timeout     time.Duration
+	client      *http.Client
+	ownClient   bool
+	log         *slog.Logger
+	m           *metrics
+	now         func() time.Time
+
+	stopCtx context.Context    // canceled when Close gives up: attempts abort
+	stop    context.CancelFunc // cancels stopCtx
+	wg      sync.WaitGroup     // the delivery goroutines
+	done    chan struct{}      // closed when they have all returned
+	aborted atomic.Int64       // deliveries abandoned in flight by stop
+
+	closing   atomic.Bool
+	closeOnce sync.Once
+	lateOnce  sync.Once // reported a Notify after Close
+}
+
+// target is one URL, its queue and the state of its delivery goroutine.
+type target struct {
+	url   string        // as configured; what requests go to
+	label string        // for logs: index and origin only
+	size  int           // queue bound
+	wake  chan struct{} // capacity 1: something was queued, or closed was set
+
+	mu     sync.Mutex
+	queue  []*delivery // waiting, oldest first
+	closed bool        // Close was called: take no more, return once empty
+	drops  int         // dropped since the last report
+}
+
+// delivery is one event bound for one URL.
+type delivery struct {
+	id    string // X-Aguard-Delivery, the same on every attempt
+	event string
+	body  []byte // shared by the deliveries of one event; never modified
+}
+
+// envelope is the webhook body.
+type envelope struct {
+	Type      string          `json:"type"`
+	CreatedAt string          `json:"created_at"`
+	ToolCall  json.RawMessage `json:"tool_call"`
+}
+
+// New checks opt and returns a Notifier with one delivery goroutine per
+// URL running. The caller must Close it.
+func New(opt Options) (*Notifier, error) {
+	targets, err := parseURLs(opt.URLs)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"QueueSize", int64(opt.QueueSize)},
+		{"MaxAttempts", int64(opt.MaxAttempts)},
+		{"MinBackoff", int64(opt.MinBackoff)},
+		{"MaxBackoff", int64(opt.MaxBackoff)},
+		{"Timeout", int64(opt.Timeout)},
+	} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("webhook: %s is negative (%d)", f.name, f.v)
+		}
+	}
+	if opt.QueueSize == 0 {
+		opt.QueueSize = defaultQueueSize
+	}
+	if opt.MaxAttempts == 0 {
+		opt.MaxAttempts = defaultMaxAttempts
+	}
+	if opt.MinBackoff == 0 {
+		opt.MinBackoff = defaultMinBackoff
+	}
+	if opt.MaxBackoff == 0 {
+		opt.MaxBackoff = max(defaultMaxBackoff, opt.MinBackoff)
+	}
+	if opt.MinBackoff > opt.MaxBackoff {
+		return nil, fmt.Errorf("webhook: MinBackoff %s is above MaxBackoff %s", opt.MinBackoff, opt.MaxBackoff)
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = defaultTimeout
+	}
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	m, err := newMetrics(opt.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	n := &Notifier{
+		targets:     targets,
+		secret:      opt.Secret,
+		maxAttempts: opt.MaxAttempts,
+		minBackoff:  opt.MinBackoff,
+		maxBackoff:  opt.MaxBackoff,
+		timeout:     opt.Timeout,
+		client:      opt.Client,
+		log:         opt.Logger.With("component", "webhook"),
+		m:           m,
+		now:         opt.Now,
+		done:        make(chan struct{}),
+	}
+	if n.client == nil {
+		n.client, n.ownClient = newClient(opt.Timeout), true
+	}
+	if n.secret == "" && len(targets) > 0 {
+		n.log.Warn("webhook: no secret configured; deliveries are sent unsigned", "urls", len(targets))
+	}
+	n.stopCtx, n.stop = context.WithCancel(context.Background())
+	for _, t := range targets {
+		t.size = opt.QueueSize
+		n.wg.Add(1)
+		go n.run(t)
+	}
+	return n, nil
+}
+
+// parseURLs checks the configured URLs and makes a target of each.
+func parseURLs(raw []string) ([]*target, error) {
+	seen := make(map[string]bool, len(raw))
+	targets := make([]*target, 0, len(raw))
+	for i, s := range raw {
+		u, err := url.Parse(s)
+		if err != nil {
+			if ue, ok := errors.AsType[*url.Error](err); ok {
+				err = ue.Err // without the URL, which may hold a token
+			}
+			return nil, fmt.Errorf("webhook: URL #%d is not a URL: %w", i+1, err)
+		}
+		// Only the origin is ever shown: webhook URLs often carry a token
+		// in their user info, path or query.
+		origin := (&url.URL{Scheme: u.Scheme, Host: u.Host}).String()
+		if sch := strings.ToLower(u.Scheme); sch != "http" && sch != "https" {
+			return nil, fmt.Errorf("webhook: URL #%d (%s): scheme %q is not http or https", i+1, origin, u.Scheme)
+		}
+		if u.Hostname() == "" {
+			return nil, fmt.Errorf("webhook: URL #%d (%s): no host", i+1, origin)
+		}
+		if seen[s] {
+			return nil, fmt.Errorf("webhook: URL #%d (%s): listed more than once", i+1, origin)
+		}
+		seen[s] = true
+		label := fmt.Sprintf("#%d %s", i+1, origin)
+		targets = append(targets, &target{url: s, label: label, wake: make(chan struct{}, 1)})
+	}
+	return targets, nil
+}
+
+// newClient is the default client: its own transport (so Close can shut
+// its connections), no redirects followed, timeout per request.
+func newClient(timeout time.Duration) *http.Client {
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          16,
+			MaxIdleConnsPerHost:   2,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   timeout,
+			ExpectContinueTimeout: time.Second,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// Notify queues an event of the given type about call for every URL and
+// returns at once; it never waits for a receiver. The body is encoded now,
+// with created_at set to the current time, so call may change as soon as
+// Notify returns (but not while it runs). An unknown event type, a nil call,
+// or a call that cannot be encoded is reported to the Logger and sent
+// nowhere. After Close, events are counted as dropped.
+func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
+	if len(n.targets) == 0 {
+		return
+	}
+	switch eventType {
+	case TypeToolCallStarted, TypeApprovalRequired, TypeToolCallCompleted:
+	default:
+		n.log.Error("webhook: unknown event type; event not sent", "type", eventType)
+		return
+	}
+	if call == nil {
+		n.log.Error("webhook: nil tool call; event not sent", "type", eventType)
+		return
+	}
+	if n.closing.Load() {
+		n.dropLate(eventType, len(n.targets))
+		return
+	}
+	tc, err := call.WebhookJSON()
+	if err != nil {
+		n.log.Error("webhook: event not sent", "type", eventType, "err", err)
+		return
+	}
+	body, err := json.Marshal(envelope{
+		Type:      eventType,
+		CreatedAt: n.now().UTC().Format(createdAtLayout),
+		ToolCall:  tc,
+	})
+	if err != nil {
+		n.log.Error("webhook: event not sent: encode the body", "type", eventType, "err", err)
+		return
+	}
+	for _, t := range n.targets {
+		n.enqueue(t, &delivery{id: newDeliveryID(), event: eventType, body: body})
+	}
+}
+
+// dropLate counts deliveries of an event raised after Close as dropped.
+func (n *Notifier) dropLate(eventType string, deliveries int) {
+	n.m.deliveries.WithLabelValues(deliveryDropped).Add(float64(deliveries))
+	n.lateOnce.Do(func() {
+		n.log.Warn("webhook: event raised after Close; dropped (reported once)", "type", eventType)
+	})
+}
+
+// enqueue adds d to t's queue, dropping the oldest waiting delivery when
+// the queue is full, and wakes t's goroutine.
+func (n *Notifier) enqueue(t *target, d *delivery) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		n.dropLate(d.event, 1)
+		return
+	}
+	dropped := len(t.queue) >= t.size
+	if dropped {
+		t.queue[0] = nil
+		t.queue = t.queue[1:]
+		t.drops++
+	}
+	t.queue = append(t.queue, d)
+	first := dropped && t.drops == 1
+	t.mu.Unlock()
+
+	if dropped {
+		n.m.deliveries.WithLabelValues(deliveryDropped).Inc()
+	} else {
+		n.m.queueDepth.Inc()
+	}
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+	if first {
+		n.log.Warn("webhook: queue full; dropping the oldest waiting deliveries until the receiver catches up",
+			"url", t.label, "queue_size", t.size)
+	}
+}
+
+// newDeliveryID returns 128 random bits in hex.
+func newDeliveryID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	return hex.EncodeToString(b[:])
+}
+
+// Close stops taking events and keeps delivering what is queued, retries
+// included, until every queue is empty or ctx is done; then it aborts what
+// is in flight and stops all goroutines, and returns an error wrapping
+// ctx's that says how many deliveries were left unsent (counted as
+// dropped). Close always returns with the goroutines stopped. Calling it
+// again waits for the same end; only the first call reports what was
+// left.
+func (n *Notifier) Close(ctx context.Context) error {
+	n.closeOnce.Do(func() {
+		n.closing.Store(true)
+		for _, t := range n.targets {
+			t.mu.Lock()
+			t.closed = true
+			t.mu.Unlock()
+			select {
+			case t.wake <- struct{}{}:
+			default:
+			}
+		}
+		go func() {
+			n.wg.Wait()
+			close(n.done)
+		}()
+	})
+	var gaveUp error
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+		gaveUp = ctx.Err()
+		n.stop()
+		<-n.done
+	}
+	n.stop()
+	left := int(n.aborted.Swap(0))
+	for _, t := range n.targets {
+		t.mu.Lock()
+		queued := len(t.queue)
+		t.queue = nil
+		t.mu.Unlock()
+		left += queued
+		n.m.queueDepth.Sub(float64(queued))
+	}
+	if n.ownClient {
+		n.client.CloseIdleConnections()
+	}
+	if left > 0 {
+		n.m.deliveries.WithLabelValues(deliveryDropped).Add(float64(left))
+		n.log.Warn("webhook: closed with deliveries unsent", "unsent", left)
+	}
+	switch {
+	case gaveUp != nil:
+		return fmt.Errorf("webhook: close: stopped with %d deliveries unsent: %w", left, gaveUp)
+	case left > 0: // a concurrent Close gave up
+		return fmt.Errorf("webhook: close: stopped with %d deliveries unsent", left)
+	}
+	return nil
+}
