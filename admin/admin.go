@@ -1,6 +1,8 @@
 // Package admin serves aguard's admin listener: /healthz, /readyz and
 // /metrics, which need no token, and the admin API under /v1/, which needs
-// the bearer token configured with --admin-token.
+// the bearer token configured with --admin-token. The approvals page at
+// /ui/approvals (ui.go) needs no token either: it is static and holds no
+// data; the reviewer gives it the token, and it calls the API with it.
 //
 // It is plain net/http: nothing on it is on the streaming hot path. It holds
 // no state of its own; readiness and metrics come from the functions and
@@ -67,6 +69,8 @@ func Handler(opt Options) http.Handler {
 		})
 	}
 	mux.Handle("/v1/", requireToken(opt.Token, api))
+	// The approvals page and its assets (ui.go): static, so no token.
+	mux.Handle("GET /ui/", uiHandler())
 	return mux
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/state"
+	"github.com/aguard/aguard/webhook"
 )
 
 // Notifier is told about a record an operator's decision changed (approve,
@@ -30,12 +31,6 @@ type APIOptions struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
-
-// Webhook event types the API raises. They are the webhook package's; the
-// API names them so as not to depend on how they are delivered.
-const (
-	eventCompleted = "llm.tool_call_completed"
-)
 
 // API returns the admin API's handler, to be mounted under /v1/ behind the
 // token check (Options.API):
@@ -188,7 +183,7 @@ func (a *api) decide(approve bool) http.HandlerFunc {
 			return
 		}
 		if a.opt.Notifier != nil && c.Status.Terminal() {
-			a.opt.Notifier.Notify(eventCompleted, c)
+			a.opt.Notifier.Notify(webhook.TypeToolCallCompleted, c)
 		}
 		if expired {
 			WriteError(w, http.StatusConflict, "approval_expired", fmt.Sprintf("the approval deadline of tool call %q has passed; it timed out", id))
