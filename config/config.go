@@ -36,6 +36,8 @@ type Config struct {
 	ApprovalTimeout     time.Duration
 	Redis               string
 	ClientToolTimeout   time.Duration
+	Webhooks            []string
+	WebhookSecret       string
 	MaxBody             int64
 	MaxEvent            int64
 	DrainTimeout        time.Duration
@@ -61,6 +63,23 @@ type Flag struct {
 	Default string // as it would be written on the command line
 	Usage   string
 	set     func(c *Config, v string) error
+}
+
+// Repeatable reports a flag that takes several values: the flag given
+// several times, a comma-separated environment variable, or a YAML list.
+func (f Flag) Repeatable() bool { return f.Name == "webhook" }
+
+// listSep joins the values of a repeatable setting internally.
+const listSep = "\n"
+
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, listSep) {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // Env is the environment variable that sets f.
@@ -108,6 +127,18 @@ var Flags = []Flag{
 		}},
 	{"client-tool-timeout", "24h", "time the application has to answer a pending frontend call (clientToolDeadlineAt)",
 		func(c *Config, v string) (err error) { c.ClientToolTimeout, err = parseDuration(v); return err }},
+	{"webhook", "", "URL that receives tool-call webhooks (repeatable; comma-separated in the environment, a list in the file)",
+		func(c *Config, v string) error {
+			c.Webhooks = splitList(v)
+			for _, u := range c.Webhooks {
+				if err := checkURL(u); err != nil && !strings.Contains(err.Error(), "no query") {
+					return err
+				}
+			}
+			return nil
+		}},
+	{"webhook-secret", "", "HMAC-SHA256 key signing webhooks (X-Aguard-Signature)",
+		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
 	{"max-body", "8MiB", "largest RunAgentInput accepted (413 too_large above it)",
 		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
 	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",
@@ -140,6 +171,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fromFlags := map[string]string{}
 	for _, f := range Flags {
 		fs.Func(f.Name, f.Usage+" (default "+strconv.Quote(f.Default)+")", func(v string) error {
+			if prior, ok := fromFlags[f.Name]; ok && f.Repeatable() {
+				v = prior + listSep + v
+			}
 			fromFlags[f.Name] = v
 			return nil
 		})
@@ -169,6 +203,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		}
 		if ev := getenv(f.Env()); ev != "" {
 			v, src = ev, f.Env()
+			if f.Repeatable() {
+				v = strings.ReplaceAll(ev, ",", listSep)
+			}
 		}
 		if fv, ok := fromFlags[f.Name]; ok {
 			v, src = fv, "--"+f.Name
@@ -232,9 +269,9 @@ func readFile(path string) (map[string]string, []Route, error) {
 	if err := yaml.Unmarshal(b, &raw); err != nil {
 		return nil, nil, fmt.Errorf("config: %s: %w", path, err)
 	}
-	known := map[string]bool{}
+	known, repeatable := map[string]bool{}, map[string]bool{}
 	for _, f := range Flags {
-		known[f.Name] = true
+		known[f.Name], repeatable[f.Name] = true, f.Repeatable()
 	}
 	out := map[string]string{}
 	var routes []Route
@@ -251,6 +288,15 @@ func readFile(path string) (map[string]string, []Route, error) {
 			if err := dec.Decode(&routes); err != nil {
 				return nil, nil, fmt.Errorf("config: %s: routes: %w", path, err)
 			}
+		case known[k] && n.Kind == yaml.SequenceNode && repeatable[k]:
+			var vals []string
+			for _, item := range n.Content {
+				if item.Kind != yaml.ScalarNode {
+					return nil, nil, fmt.Errorf("config: %s: line %d: %s: want a list of values", path, item.Line, k)
+				}
+				vals = append(vals, item.Value)
+			}
+			out[k] = strings.Join(vals, listSep)
 		case known[k]:
 			if n.Kind != yaml.ScalarNode {
 				return nil, nil, fmt.Errorf("config: %s: line %d: %s: want a single value", path, n.Line, k)

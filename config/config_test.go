@@ -77,6 +77,36 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestRepeatableWebhook pins the three spellings of a repeatable setting.
+func TestRepeatableWebhook(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a.yaml")
+	os.WriteFile(file, []byte("upstream: http://a\nwebhook:\n  - http://hooks/one\n  - http://hooks/two?token=x\n"), 0o600)
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"flags", []string{"--upstream", "http://a", "--webhook", "http://h/1", "--webhook", "http://h/2"}, nil, "http://h/1,http://h/2"},
+		{"environment", []string{"--upstream", "http://a"}, map[string]string{"AGUARD_WEBHOOK": "http://h/1, http://h/2"}, "http://h/1,http://h/2"},
+		{"file list", []string{"--config", file}, nil, "http://hooks/one,http://hooks/two?token=x"},
+		{"none", []string{"--upstream", "http://a"}, nil, ""},
+	}
+	for _, tt := range tests {
+		c, err := Load(tt.args, env(tt.env), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if got := strings.Join(c.Webhooks, ","); got != tt.want {
+			t.Errorf("%s: webhooks = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+	if _, err := Load([]string{"--upstream", "http://a", "--webhook", "ftp://x"}, env(nil), io.Discard); err == nil {
+		t.Error("a non-HTTP webhook URL was accepted")
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	tests := map[string]int64{"0": 0, "512": 512, "8MiB": 8 << 20, "16 MiB": 16 << 20, "1KB": 1000, "2GiB": 2 << 30, "10B": 10}
 	for in, want := range tests {

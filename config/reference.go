@@ -14,7 +14,11 @@ func Reference() string {
 		if f.Default != "" {
 			def = "`" + f.Default + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, f.Env(), def, strings.ReplaceAll(f.Usage, "|", `\|`))
+		name := "`--" + f.Name + "`"
+		if f.Repeatable() {
+			name += " (repeatable)"
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", name, f.Env(), def, strings.ReplaceAll(f.Usage, "|", `\|`))
 	}
 	fmt.Fprintf(&b, "| `--config` | `AGUARD_CONFIG` | (none) | YAML file with settings (keys spelled like the flags) and `routes` |\n")
 	return b.String()

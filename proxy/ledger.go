@@ -11,6 +11,7 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/state"
+	"github.com/aguard/aguard/webhook"
 )
 
 // syncWriteTimeout bounds the wait for Redis before a RUN_FINISHED goes out;
@@ -24,6 +25,7 @@ const syncWriteTimeout = 2 * time.Second
 // consumer reads it.
 type ledger struct {
 	store             *state.Store
+	notify            Notifier // nil: no webhooks
 	in                *agui.RunInput
 	clientToolTimeout time.Duration
 	log               *slog.Logger
@@ -32,8 +34,8 @@ type ledger struct {
 	calls map[string]*state.ToolCall
 }
 
-func newLedger(store *state.Store, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
-	return &ledger{store: store, in: in, clientToolTimeout: clientToolTimeout, log: log, now: time.Now,
+func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
+	return &ledger{store: store, notify: notify, in: in, clientToolTimeout: clientToolTimeout, log: log, now: time.Now,
 		calls: map[string]*state.ToolCall{}}
 }
 
@@ -41,8 +43,19 @@ func newLedger(store *state.Store, in *agui.RunInput, clientToolTimeout time.Dur
 func (l *ledger) record(ctx context.Context, o *Output) {
 	now := l.now()
 	for i := range o.Calls {
-		if c := l.apply(ctx, &o.Calls[i], now); c != nil {
-			l.put(ctx, c)
+		ev := &o.Calls[i]
+		c := l.apply(ctx, ev, now)
+		if c == nil {
+			continue
+		}
+		l.put(ctx, c)
+		switch {
+		case ev.Kind == agui.CallStarted:
+			l.tell(webhook.TypeToolCallStarted, c)
+		case c.Status == state.StatusRequiresConfirmation && ev.Kind == agui.CallDecided:
+			l.tell(webhook.TypeApprovalRequired, c)
+		case c.Status.Terminal():
+			l.tell(webhook.TypeToolCallCompleted, c)
 		}
 	}
 	if o.Run.Kind != "" {
@@ -160,6 +173,7 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd, now time.Time) 
 		if !c.Status.Terminal() && !pending[id] {
 			c.End(state.StatusCancelled, reason, now)
 			writes = append(writes, c)
+			l.tell(webhook.TypeToolCallCompleted, c)
 		}
 	}
 	clear(l.calls)
@@ -172,6 +186,12 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd, now time.Time) 
 			return
 		}
 		l.log.Error("could not record the end of the run", "err", err)
+	}
+}
+
+func (l *ledger) tell(eventType string, c *state.ToolCall) {
+	if l.notify != nil {
+		l.notify.Notify(eventType, c)
 	}
 }
 

@@ -76,6 +76,9 @@ type Options struct {
 	// ClientToolTimeout is the time the application has to answer a
 	// pending frontend call (clientToolDeadlineAt).
 	ClientToolTimeout time.Duration
+	// Notifier, if set, is told when a call starts, needs approval and
+	// ends (webhooks). It must not block.
+	Notifier Notifier
 	// AdminToken is the admin API's token. A data-plane request header that
 	// carries it is removed before the request is forwarded: the token must
 	// never reach an agent.
@@ -94,6 +97,12 @@ const maxHeaderBytes = 16 << 10
 // its stream is ended; a consumer that reads slowly is back-pressured, never
 // buffered without bound.
 const stalledConsumer = 2 * time.Minute
+
+// Notifier is told about tool-call records as they change: the event types
+// of package webhook.
+type Notifier interface {
+	Notify(eventType string, c *state.ToolCall)
+}
 
 // Proxy is the data plane. Create it with New, serve with Serve, stop with
 // Drain then Close.

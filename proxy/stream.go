@@ -66,7 +66,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 		start: time.Now(),
 	}
 	if p.opt.State != nil {
-		s.led = newLedger(p.opt.State, in, p.opt.ClientToolTimeout, s.log)
+		s.led = newLedger(p.opt.State, p.opt.Notifier, in, p.opt.ClientToolTimeout, s.log)
 	}
 	p.m.streamsOpen.Inc()
 	ctx.SetBodyStreamWriter(s.run)

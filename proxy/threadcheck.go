@@ -9,6 +9,7 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/state"
+	"github.com/aguard/aguard/webhook"
 )
 
 // threadRefusal is a request-side refusal: HTTP 409 with a code and ids.
@@ -100,7 +101,7 @@ func (p *Proxy) checkThread(ctx context.Context, in *agui.RunInput) (*threadRefu
 			"this input answers tool calls whose approval has not been decided yet", "toolCallIds", awaiting}, nil
 	}
 	for _, u := range updates {
-		_, err := store.UpdateCall(ctx, u.id, func(c *state.ToolCall) error {
+		c, err := store.UpdateCall(ctx, u.id, func(c *state.ToolCall) error {
 			if c.Status.Terminal() {
 				return nil
 			}
@@ -114,6 +115,10 @@ func (p *Proxy) checkThread(ctx context.Context, in *agui.RunInput) (*threadRefu
 		})
 		if err != nil && !errors.Is(err, state.ErrQueued) {
 			p.log.Warn("could not record the answer to a tool call", "toolCallId", u.id, "err", err)
+			continue
+		}
+		if p.opt.Notifier != nil && c != nil && c.Status.Terminal() {
+			p.opt.Notifier.Notify(webhook.TypeToolCallCompleted, c)
 		}
 	}
 	return nil, rewrites

@@ -16,6 +16,7 @@ import (
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/state"
+	"github.com/aguard/aguard/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -42,6 +43,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 type running struct {
 	proxy     *proxy.Proxy
 	store     *state.Store
+	hooks     *webhook.Notifier
 	admin     *http.Server
 	addr      net.Addr
 	adminAddr net.Addr
@@ -67,6 +69,11 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
+	}
+	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, Logger: log, Registerer: reg})
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "aguard_policy_reload_failing",
@@ -111,13 +118,13 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, store: store, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
 				Ready:    []admin.Check{p.Ready, policyReady(engine), store.Ready},
-				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout}),
+				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout, Notifier: hooks}),
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
@@ -145,6 +152,11 @@ func (r *running) shutdown(timeout time.Duration) error {
 		r.log.Warn("drain timeout ran out; running streams ended with AGUARD_SHUTDOWN")
 	}
 	err := r.proxy.Close()
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	if herr := r.hooks.Close(hctx); herr != nil {
+		r.log.Warn("webhook deliveries left unsent at shutdown", "err", herr)
+	}
 	if serr := r.store.Close(); serr != nil {
 		r.log.Warn("closing the ledger", "err", serr)
 	}

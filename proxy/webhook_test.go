@@ -1,0 +1,92 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/webhook"
+)
+
+// TestWebhooksFollowTheCalls runs calls through the proxy with webhooks on:
+// a receiver verifies each signature and sees started, approval_required and
+// completed events with the records in snake_case.
+func TestWebhooksFollowTheCalls(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if err := webhook.Verify("hook-secret", r.Header.Get("X-Aguard-Signature"), body, time.Now(), time.Minute); err != nil {
+			t.Errorf("signature: %v", err)
+			w.WriteHeader(400)
+			return
+		}
+		var ev struct {
+			Type     string `json:"type"`
+			ToolCall struct {
+				ID           string `json:"id"`
+				Status       string `json:"status"`
+				EndReason    string `json:"end_reason"`
+				IsClientTool bool   `json:"is_client_tool"`
+			} `json:"tool_call"`
+		}
+		json.Unmarshal(body, &ev)
+		mu.Lock()
+		got = append(got, ev.Type+" "+ev.ToolCall.ID+" "+strings.TrimPrefix(ev.ToolCall.Status, "TOOL_EXECUTION_STATUS_"))
+		mu.Unlock()
+	}))
+	defer receiver.Close()
+	hooks, err := webhook.New(webhook.Options{URLs: []string{receiver.URL}, Secret: "hook-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hooks.Close(context.Background())
+
+	dir := t.TempDir()
+	writePolicy(t, dir, `package aguard
+default decision := {"action": "allow"}
+decision := {"action": "require_approval", "reason": "review"} if input.call.name == "confirm_order"
+decision := {"action": "deny", "reason": "no"} if input.call.name == "rm_rf"
+`)
+	engine, err := policy.New(context.Background(), policy.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := &recordingAgent{runs: map[string][]string{"run-1": {
+		`{"type":"RUN_STARTED","threadId":"thread-x","runId":"run-1"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"w-ok","toolCallName":"lookup"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"w-ok"}`,
+		`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"w-ok","content":"found"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"w-pay","toolCallName":"confirm_order"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"w-pay","delta":"{}"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"w-pay"}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-x","runId":"run-1"}`,
+	}}}
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
+		o.State = openStore(t, "")
+		o.Notifier = hooks
+		o.Policy = engine
+	})
+	if status, _, _ := postRun(t, h, threadInput("run-1", "", "")); status != 200 {
+		t.Fatal(status)
+	}
+	want := []string{
+		"llm.tool_call_started w-ok PENDING",
+		"llm.tool_call_completed w-ok COMPLETED",
+		"llm.tool_call_started w-pay PENDING",
+		"llm.tool_call_approval_required w-pay REQUIRES_CONFIRMATION",
+	}
+	waitFor(t, "the webhooks", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(want) })
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("webhooks:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
