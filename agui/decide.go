@@ -102,17 +102,8 @@ func withTag(dst []byte, c *call) []byte {
 }
 
 func (s *Stream) denied(c *call, v Verdict) []byte {
-	e := []byte(`{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":`)
-	e = appendJSONString(e, c.id)
-	e = append(e, `,"toolCallName":`...)
-	e = appendJSONString(e, c.name)
-	e = append(e, `,"reason":`...)
-	e = appendJSONString(e, v.Reason)
-	e = append(e, `,"decisionId":`...)
-	e = appendJSONString(e, v.DecisionID)
-	e = append(e, '}')
-	e = withTag(e, c)
-	return append(e, '}')
+	return signal("aguard.tool_call_denied", c,
+		"toolCallId", c.id, "toolCallName", c.name, "reason", v.Reason, "decisionId", v.DecisionID)
 }
 
 func (s *Stream) declineResult(c *call, v Verdict) []byte {
@@ -127,16 +118,25 @@ func (s *Stream) declineResult(c *call, v Verdict) []byte {
 }
 
 func (s *Stream) approvalRequired(c *call, v Verdict) []byte {
-	e := []byte(`{"type":"CUSTOM","name":"aguard.approval_required","value":{"toolCallId":`)
-	e = appendJSONString(e, c.id)
-	e = append(e, `,"toolCallName":`...)
-	e = appendJSONString(e, c.name)
-	e = append(e, `,"requiresApprovalAt":`...)
-	e = appendJSONString(e, v.RequiresApprovalAt)
-	e = append(e, `,"reason":`...)
-	e = appendJSONString(e, v.Reason)
-	e = append(e, `,"decisionId":`...)
-	e = appendJSONString(e, v.DecisionID)
+	return signal("aguard.approval_required", c, "toolCallId", c.id, "toolCallName", c.name,
+		"requiresApprovalAt", v.RequiresApprovalAt, "reason", v.Reason, "decisionId", v.DecisionID)
+}
+
+// signal builds one of aguard's in-stream signals: a CUSTOM event named name
+// whose value is an object of the given string members (key, value, …), in
+// order, attributed to the call's owner. Every value is JSON-escaped.
+func signal(name string, c *call, members ...string) []byte {
+	e := []byte(`{"type":"CUSTOM","name":`)
+	e = appendJSONString(e, name)
+	e = append(e, `,"value":{`...)
+	for i := 0; i+1 < len(members); i += 2 {
+		if i > 0 {
+			e = append(e, ',')
+		}
+		e = appendJSONString(e, members[i])
+		e = append(e, ':')
+		e = appendJSONString(e, members[i+1])
+	}
 	e = append(e, '}')
 	e = withTag(e, c)
 	return append(e, '}')
