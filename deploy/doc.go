@@ -1,0 +1,10 @@
+// Package deploy holds aguard's deployment files: the container image
+// (Dockerfile), a Docker Compose setup with two replicas, Redis and a demo
+// agent (compose.yaml), and Kubernetes manifests (k8s/). See README.md.
+//
+// It has no Go API. Its test reads those files and checks them against the
+// code they configure: every flag and AGUARD_* variable must be a setting of
+// package config, probes must hit paths the admin handler serves on the port
+// the configuration listens on, and the shipped policy copy must match
+// policies/aguard/default.rego.
+package deploy
