@@ -114,11 +114,11 @@ type Proxy struct {
 	server    *fasthttp.Server
 
 	draining atomic.Bool
-	abort    chan struct{} // closed when the drain timeout has run out
-	abortMu  sync.Once
 
-	mu     sync.Mutex
-	active int // streams and requests in flight
+	mu      sync.Mutex
+	active  int                  // streams and requests in flight
+	streams map[*stream]struct{} // streams running
+	aborted bool                 // the drain timeout has run out
 }
 
 // New checks opt and builds a Proxy.
@@ -153,7 +153,7 @@ func New(opt Options) (*Proxy, error) {
 	if opt.Metrics == nil {
 		return nil, errors.New("proxy: Options.Metrics is required")
 	}
-	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, abort: make(chan struct{})}
+	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, streams: map[*stream]struct{}{}}
 	routes := append([]Route(nil), opt.Routes...)
 	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].Path) > len(routes[j].Path) })
 	for _, r := range routes {
@@ -216,7 +216,16 @@ func (p *Proxy) Drain(ctx context.Context) error {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			p.abortMu.Do(func() { close(p.abort) })
+			p.mu.Lock()
+			p.aborted = true
+			running := make([]*stream, 0, len(p.streams))
+			for s := range p.streams {
+				running = append(running, s)
+			}
+			p.mu.Unlock()
+			for _, s := range running {
+				go s.interrupt(errShutdown)
+			}
 			deadline := time.Now().Add(5 * time.Second)
 			for p.inFlight() > 0 && time.Now().Before(deadline) {
 				<-tick.C
@@ -246,6 +255,19 @@ func (p *Proxy) enter() {
 	p.mu.Lock()
 	p.active++
 	p.mu.Unlock()
+}
+
+// track adds (on) or removes a running stream. Adding reports false once the
+// drain timeout has run out: the stream must end at once.
+func (p *Proxy) track(s *stream, on bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !on {
+		delete(p.streams, s)
+		return true
+	}
+	p.streams[s] = struct{}{}
+	return !p.aborted
 }
 
 func (p *Proxy) leave() {

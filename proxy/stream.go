@@ -1,13 +1,14 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,38 +17,77 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// errConsumerGone cancels the upstream read when the consumer has left.
-var errConsumerGone = errors.New("aguard: consumer disconnected")
+// Why a stream's upstream read was interrupted.
+var (
+	errConsumerGone = errors.New("aguard: consumer disconnected")
+	errShutdown     = errors.New("aguard: shutting down")
+)
 
-// item is one upstream event, or the end of the upstream body.
-type item struct {
-	data []byte
-	err  error
+// idleError ends a stream whose agent has been silent too long.
+type idleError struct{ silent time.Duration }
+
+func (e idleError) Error() string {
+	return fmt.Sprintf("the agent sent nothing for %s", e.silent.Round(time.Second))
 }
 
-// stream is one consumer's event stream: it owns the upstream response and
-// the consumer's writer from start to end.
+// stream is one consumer's event stream. Its pump goroutine owns the
+// upstream body and reads it inline: an event goes from the agent's socket
+// through the checks to the consumer's socket without changing goroutine.
+// What can end a stream from outside — the consumer leaving (watchConsumer),
+// the drain timeout (Proxy.Drain), the agent going silent (tick) — closes the
+// upstream body, which interrupts the pump's blocked read.
+//
+// Output is written to the hijacked connection as HTTP/1.1 chunks, flushed
+// just before each upstream read: no event waits for the agent's next bytes,
+// and events that arrived together go out in one write.
 type stream struct {
 	p     *Proxy
 	resp  *fasthttp.Response
-	conn  net.Conn // the consumer's connection: read to see it leave, deadline to see it stall
+	body  io.Reader // resp.BodyStream()
 	pipe  *Pipeline
 	led   *ledger // nil without a state store
 	log   *slog.Logger
 	start time.Time
+	head  []byte // the response head, written first
+	chunk bool   // HTTP/1.1: chunked framing; HTTP/1.0: the body runs to close
+
+	// Upstream side, guarded by umu: once the pump releases the response,
+	// nothing may touch it.
+	umu      sync.Mutex
+	released bool
+	cause    error // why the read was interrupted
+	lastRead atomic.Int64
+
+	// Consumer side, guarded by wmu: the pump and the heartbeat both write.
+	wmu          sync.Mutex
+	conn         net.Conn
+	out          []byte // pending frames, after chunkHead reserved bytes
+	finished     bool
+	lastWrite    time.Time
+	lastDeadline time.Time
+	timer        *time.Timer
 }
 
+// chunkHead is the room reserved before pending output for a chunk's size
+// line ("ffffffff\r\n").
+const chunkHead = 10
+
 func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, in *agui.RunInput, up *upstream) {
-	ctx.SetStatusCode(resp.StatusCode())
-	copyResponseHeaders(&ctx.Response.Header, &resp.Header,
+	h := &ctx.Response.Header
+	h.SetStatusCode(resp.StatusCode())
+	copyResponseHeaders(h, &resp.Header,
 		"Content-Length", "Content-Type", "Cache-Control", "Content-Encoding", "X-Accel-Buffering")
-	ctx.Response.Header.Set("Content-Type", "text/event-stream")
-	ctx.Response.Header.Set("Cache-Control", "no-cache")
-	ctx.Response.Header.Set("X-Accel-Buffering", "no")
-	ctx.Response.ImmediateHeaderFlush = true
-	// The connection is watched for the consumer leaving, which reads from
-	// it; it must not be reused for another request afterwards.
-	ctx.SetConnectionClose()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	// The connection is read to see the consumer leave and is not reused.
+	h.SetConnectionClose()
+	chunk := ctx.Request.Header.IsHTTP11()
+	if chunk {
+		h.SetContentLength(-1) // Transfer-Encoding: chunked
+	} else {
+		h.SetContentLength(-2) // identity body, ended by closing
+	}
 
 	route := up.prefix
 	if route == "" {
@@ -60,63 +100,73 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	s := &stream{
 		p:     p,
 		resp:  resp,
-		conn:  ctx.Conn(),
+		body:  resp.BodyStream(),
 		pipe:  NewPipeline(in, opts),
 		log:   p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
 		start: time.Now(),
+		head:  append([]byte(nil), h.Header()...),
+		chunk: chunk,
+		out:   make([]byte, chunkHead, 4096),
 	}
 	if p.opt.State != nil {
 		s.led = newLedger(p.opt.State, p.opt.Notifier, in, p.opt.ClientToolTimeout, s.log)
 	}
 	p.m.streamsOpen.Inc()
-	ctx.SetBodyStreamWriter(s.run)
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(s.run)
 }
 
-// run pumps events from the agent to the consumer. It runs in its own
-// goroutine after the handler has returned; it must not touch the RequestCtx.
-//
-// One reader goroutine parses the upstream body and hands events over a small
-// channel; run is the only owner of the response and of w. A consumer that
-// reads slowly blocks w, which stops the channel, which stops the reader,
-// which leaves the agent's bytes in TCP buffers: nothing grows without bound.
-func (s *stream) run(w *bufio.Writer) {
+// run serves the stream on the hijacked connection, in its own goroutine,
+// after the handler has returned; it must not touch the RequestCtx.
+func (s *stream) run(c net.Conn) {
 	p := s.p
 	defer p.leave()
 	defer p.m.streamsOpen.Dec()
+	if !p.track(s, true) {
+		s.interrupt(errShutdown) // the drain timeout ran out as it started
+	}
+	defer p.track(s, false)
 
-	items := make(chan item, 16)
-	stop := make(chan struct{})
-	body := s.resp.BodyStream()
-	activity := &activityReader{r: body}
-	activity.last.Store(time.Now().UnixNano())
-	go func() {
-		defer close(items)
-		if body == nil {
-			return
-		}
-		for data, err := range sse.Events(activity, int(p.opt.MaxEvent)) {
-			select {
-			case items <- item{data: data, err: err}:
-			case <-stop:
-				return
-			}
-		}
-	}()
+	s.conn = c
+	now := time.Now()
+	s.lastWrite, s.lastDeadline = now, now
+	s.lastRead.Store(now.UnixNano())
+	c.SetWriteDeadline(now.Add(stalledConsumer))
+	end := "consumer_gone"
+	watching := make(chan struct{})
+	if _, err := c.Write(s.head); err == nil {
+		s.timer = time.AfterFunc(p.opt.Heartbeat, s.tick)
+		go func() {
+			defer close(watching)
+			watchConsumer(c, s)
+		}()
+		end = s.pump()
+	} else {
+		close(watching)
+	}
 
-	gone := make(chan struct{})
-	go watchConsumer(s.conn, gone)
+	s.wmu.Lock()
+	if end != "consumer_gone" && s.chunk {
+		c.Write([]byte("0\r\n\r\n"))
+	}
+	s.finished = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.wmu.Unlock()
 
-	end := s.pump(w, items, gone, activity)
-
-	// Stop the reader: closing the body interrupts a blocked Read and closes
-	// the upstream connection, which the agent sees as a cancellation.
-	close(stop)
+	s.umu.Lock()
+	s.released = true
+	s.umu.Unlock()
+	// fasthttp reuses c once run returns: the watcher must be done with it.
+	c.SetReadDeadline(time.Now())
+	<-watching
 	if end != "completed" {
-		if rc, ok := body.(fasthttp.ReadCloserWithError); ok {
+		// Closing the body closes the upstream connection: the agent sees
+		// its request cancelled.
+		if rc, ok := s.body.(fasthttp.ReadCloserWithError); ok {
 			rc.CloseWithError(errConsumerGone)
 		}
-	}
-	for range items {
 	}
 	fasthttp.ReleaseResponse(s.resp)
 	p.m.streamEnds.WithLabelValues(end).Inc()
@@ -126,102 +176,172 @@ func (s *stream) run(w *bufio.Writer) {
 
 // pump moves events until the stream is over and says how it ended:
 // "completed" (the agent's body ended), "ended" (aguard ended it: violation,
-// limit), "consumer_gone", or "shutdown".
-func (s *stream) pump(w *bufio.Writer, items <-chan item, gone <-chan struct{}, activity *activityReader) string {
+// limit, silence), "consumer_gone", or "shutdown".
+func (s *stream) pump() string {
 	p := s.p
-	heartbeat := time.NewTimer(p.opt.Heartbeat)
-	defer heartbeat.Stop()
-	s.conn.SetWriteDeadline(time.Now().Add(stalledConsumer))
-	lastDeadline := time.Now()
-
-	for {
-		var out *Output
-		end := ""
-		select {
-		case it, ok := <-items:
+	if s.body == nil {
+		return s.emit(s.pipe.End(nil), "completed")
+	}
+	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
+		if err != nil {
+			cause := s.interruption()
+			var idle idleError
 			switch {
-			case !ok:
-				out = s.pipe.End(nil)
-				end = "completed"
-			case errors.Is(it.err, sse.ErrEventTooLarge):
-				out = s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent))
-				p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
-				end = "ended"
-			case it.err != nil:
-				out = s.pipe.End(it.err)
-				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
-				s.log.Warn("agent stream broke", "err", it.err)
-				end = "completed"
-			default:
-				p.m.bytesIn.Add(float64(len(it.data)))
-				out = s.pipe.Feed(it.data)
-				count(p.m.eventsIn, out.InType)
-				if out.Done {
-					end = "ended"
-				}
-			}
-		case <-heartbeat.C:
-			if silent := time.Since(time.Unix(0, activity.last.Load())); silent >= p.opt.UpstreamIdleTimeout {
-				out = s.pipe.End(fmt.Errorf("the agent sent nothing for %s", silent.Round(time.Second)))
+			case errors.Is(cause, errConsumerGone):
+				return "consumer_gone"
+			case errors.Is(cause, errShutdown):
+				return s.emit(s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out"), "shutdown")
+			case errors.As(cause, &idle):
 				p.m.upstreamErrors.WithLabelValues("idle").Inc()
-				end = "ended"
-				break
+				return s.emit(s.pipe.End(idle), "ended")
+			case errors.Is(err, sse.ErrEventTooLarge):
+				p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
+				return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), "ended")
+			default:
+				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
+				s.log.Warn("agent stream broke", "err", err)
+				return s.emit(s.pipe.End(err), "completed")
 			}
-			if sse.WritePing(w) != nil || w.Flush() != nil {
-				return "consumer_gone"
-			}
-			p.m.bytesOut.Add(float64(len(sse.Ping)))
-			heartbeat.Reset(p.opt.Heartbeat)
-			continue
-		case <-gone:
-			return "consumer_gone"
-		case <-p.abort:
-			out = s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out")
-			end = "shutdown"
 		}
+		p.m.bytesIn.Add(float64(len(data)))
+		out := s.pipe.Feed(data)
+		count(p.m.eventsIn, out.InType)
+		if out.Done {
+			return s.emit(out, "ended")
+		}
+		if r := s.emit(out, ""); r != "" {
+			return r
+		}
+	}
+	if cause := s.interruption(); errors.Is(cause, errConsumerGone) {
+		return "consumer_gone"
+	}
+	return s.emit(s.pipe.End(nil), "completed")
+}
 
-		s.note(out.Notes)
-		if s.led != nil {
-			// Before the events go out: what RUN_FINISHED says is pending
-			// must be recorded before the consumer reads it.
-			s.led.record(context.Background(), out)
+// emit records a step's facts, queues its events and, when the stream ends
+// (end != ""), flushes them. It returns end, or "consumer_gone" when writing
+// failed.
+func (s *stream) emit(out *Output, end string) string {
+	s.note(out.Notes)
+	if s.led != nil {
+		// Before the events go out: what RUN_FINISHED says is pending must
+		// be recorded before the consumer reads it.
+		s.led.record(context.Background(), out)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, ev := range out.Events {
+		s.out = sse.AppendFrame(s.out, ev.JSON)
+		count(s.p.m.eventsOut, ev.Type)
+	}
+	if end != "" {
+		if s.flushLocked() != nil {
+			return "consumer_gone"
 		}
-		if len(out.Events) > 0 {
-			if now := time.Now(); now.Sub(lastDeadline) > time.Second {
-				s.conn.SetWriteDeadline(now.Add(stalledConsumer))
-				lastDeadline = now
-			}
-			n := 0
-			for _, ev := range out.Events {
-				if sse.WriteFrame(w, ev.JSON) != nil {
-					return "consumer_gone"
-				}
-				n += len(ev.JSON) + 8
-				count(p.m.eventsOut, ev.Type)
-			}
-			if w.Flush() != nil {
-				return "consumer_gone"
-			}
-			p.m.bytesOut.Add(float64(n))
-			heartbeat.Reset(p.opt.Heartbeat)
+	}
+	return end
+}
+
+// flush writes the pending output as one chunk.
+func (s *stream) flush() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.flushLocked()
+}
+
+func (s *stream) flushLocked() error {
+	n := len(s.out) - chunkHead
+	if n == 0 || s.finished {
+		return nil
+	}
+	b := s.out[chunkHead:]
+	if s.chunk {
+		size := strconv.AppendInt(nil, int64(n), 16)
+		start := chunkHead - len(size) - 2
+		copy(s.out[start:], size)
+		s.out[chunkHead-2], s.out[chunkHead-1] = '\r', '\n'
+		b = append(s.out[start:], '\r', '\n')
+	}
+	now := time.Now()
+	if now.Sub(s.lastDeadline) > time.Second {
+		s.conn.SetWriteDeadline(now.Add(stalledConsumer))
+		s.lastDeadline = now
+	}
+	_, err := s.conn.Write(b)
+	s.p.m.bytesOut.Add(float64(n))
+	s.out = s.out[:chunkHead]
+	s.lastWrite = now
+	return err
+}
+
+// tick runs on the heartbeat timer: it ends a stream whose agent has been
+// silent for the idle limit, and writes ": ping" after a heartbeat of
+// silence towards the consumer.
+func (s *stream) tick() {
+	p := s.p
+	if silent := time.Since(time.Unix(0, s.lastRead.Load())); silent >= p.opt.UpstreamIdleTimeout {
+		s.interrupt(idleError{silent})
+		return
+	}
+	s.wmu.Lock()
+	if s.finished {
+		s.wmu.Unlock()
+		return
+	}
+	next := p.opt.Heartbeat - time.Since(s.lastWrite)
+	if next <= 0 {
+		s.out = append(s.out, sse.Ping...)
+		if err := s.flushLocked(); err != nil {
+			s.wmu.Unlock()
+			s.interrupt(errConsumerGone)
+			return
 		}
-		if end != "" {
-			return end
-		}
+		next = p.opt.Heartbeat
+	}
+	s.timer.Reset(next)
+	s.wmu.Unlock()
+}
+
+// interrupt ends the pump's upstream read for cause, unless the stream is
+// already over.
+func (s *stream) interrupt(cause error) {
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	if s.released || s.cause != nil {
+		return
+	}
+	s.cause = cause
+	if rc, ok := s.body.(fasthttp.ReadCloserWithError); ok {
+		rc.CloseWithError(cause) // waits for a blocked read to return
 	}
 }
 
-// activityReader records when the agent last sent any bytes, comments
-// included (the SSE parser drops those), for the idle limit.
-type activityReader struct {
-	r    io.Reader
-	last atomic.Int64 // unix nanoseconds of the last read that returned data
+// interruption is why the upstream read was interrupted, if it was.
+func (s *stream) interruption() error {
+	s.umu.Lock()
+	defer s.umu.Unlock()
+	return s.cause
 }
 
-func (a *activityReader) Read(b []byte) (int, error) {
-	n, err := a.r.Read(b)
+// upstreamReader is the pump's view of the upstream body: it flushes pending
+// output before each read (a read may block until the agent sends more),
+// and records when the agent last sent any bytes, comments included.
+type upstreamReader struct{ s *stream }
+
+func (u upstreamReader) Read(b []byte) (int, error) {
+	s := u.s
+	if err := s.flush(); err != nil {
+		s.umu.Lock()
+		if s.cause == nil {
+			s.cause = errConsumerGone
+		}
+		s.umu.Unlock()
+		return 0, errConsumerGone
+	}
+	n, err := s.body.Read(b)
 	if n > 0 {
-		a.last.Store(time.Now().UnixNano())
+		s.lastRead.Store(time.Now().UnixNano())
 	}
 	return n, err
 }
@@ -234,29 +354,22 @@ func (s *stream) note(notes []agui.Note) {
 		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
 			level = slog.LevelWarn
 		}
-		s.log.Log(nil, level, n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID)
+		s.log.Log(context.Background(), level, n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID)
 	}
 }
 
-// watchConsumer closes gone when the consumer's connection is closed. An SSE
-// consumer sends nothing after its request, so a read returns only when the
-// peer has gone (or when the server closes the connection after the stream,
-// which is harmless). Without it, a consumer leaving a silent stream would be
-// noticed only by a later failed write.
-func watchConsumer(conn net.Conn, gone chan<- struct{}) {
-	defer close(gone)
-	conn.SetReadDeadline(time.Time{})
+// watchConsumer interrupts s when the consumer's connection is closed. An
+// SSE consumer sends nothing after its request, so a read returns only when
+// the peer has gone, or when run, done with the stream, sets a past read
+// deadline to stop the watch (then s is released and interrupt is a no-op).
+// Without it, a consumer leaving a silent stream would be noticed only by a
+// later failed write.
+func watchConsumer(conn net.Conn, s *stream) {
 	var buf [1]byte
 	for {
 		if _, err := conn.Read(buf[:]); err != nil {
-			if errors.Is(err, io.EOF) || !isTimeout(err) {
-				return
-			}
+			s.interrupt(errConsumerGone)
+			return
 		}
 	}
-}
-
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -66,31 +66,36 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 	}
 }
 
-// WriteFrame writes one event frame, "data: " + data + "\n\n", to w. It does
-// not flush.
+// AppendFrame appends one event frame, "data: " + data + "\n\n", to dst.
 //
 // Compact JSON is always one line. Anything else (aguard forwards a malformed
 // event as it came in monitor mode) is written as one "data:" line per line
 // of data, split at CR, LF or CRLF, so that whatever the bytes hold the frame
 // stays one event: a consumer joins the lines back with LF, and no line
 // ending inside data can end the event or start another.
-func WriteFrame(w *bufio.Writer, data []byte) error {
+func AppendFrame(dst, data []byte) []byte {
 	for {
 		i := bytes.IndexAny(data, "\r\n")
 		if i < 0 {
 			break
 		}
-		w.WriteString("data: ")
-		w.Write(data[:i])
-		w.WriteByte('\n')
+		dst = append(dst, "data: "...)
+		dst = append(dst, data[:i]...)
+		dst = append(dst, '\n')
 		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
 			i++
 		}
 		data = data[i+1:]
 	}
-	w.WriteString("data: ")
-	w.Write(data)
-	_, err := w.WriteString("\n\n")
+	dst = append(dst, "data: "...)
+	dst = append(dst, data...)
+	return append(dst, "\n\n"...)
+}
+
+// WriteFrame writes one event frame (see AppendFrame) to w. It does not
+// flush.
+func WriteFrame(w *bufio.Writer, data []byte) error {
+	_, err := w.Write(AppendFrame(w.AvailableBuffer(), data))
 	return err
 }
 
