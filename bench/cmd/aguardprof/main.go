@@ -1,0 +1,125 @@
+// Command aguardprof runs aguard's data plane in-process, built as aguard
+// serve builds it (proxy.New with the built-in default policy, Prometheus
+// metrics, a JSON logger), with runtime/pprof profiles: aguard itself has no
+// pprof endpoint. bench/profile.sh drives it with agentsim and loadgen.
+//
+//	aguardprof -upstream http://127.0.0.1:18401 -listen 127.0.0.1:18403 -cpuprofile cpu.pprof
+//
+// The CPU profile runs from start to SIGTERM/SIGINT. SIGUSR1 writes a heap
+// profile to -memprofile and a line of runtime figures (goroutines, heap and
+// stack in use) to stderr: send it while idle streams are open to see what
+// one stream holds. Listens on loopback only.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"syscall"
+	"time"
+
+	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/proxy"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+func main() {
+	upstream := flag.String("upstream", "http://127.0.0.1:18401", "agent server base URL")
+	listen := flag.String("listen", "127.0.0.1:18403", "data-plane address (loopback only)")
+	cpuPath := flag.String("cpuprofile", "", "write a CPU profile here (start to exit)")
+	memPath := flag.String("memprofile", "", "write a heap profile here on SIGUSR1")
+	logPath := flag.String("log", "", "JSON log file (default: discarded)")
+	flag.Parse()
+
+	host, _, err := net.SplitHostPort(*listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+		log.Fatalf("aguardprof: -listen %q: want a loopback address", *listen)
+	}
+	var logw io.Writer = io.Discard
+	if *logPath != "" {
+		f, err := os.Create(*logPath)
+		if err != nil {
+			log.Fatalf("aguardprof: -log: %v", err)
+		}
+		defer f.Close()
+		logw = f
+	}
+	logger := slog.New(slog.NewJSONHandler(logw, nil))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	engine, err := policy.New(ctx, policy.Options{Logger: logger})
+	if err != nil {
+		log.Fatalf("aguardprof: policy: %v", err)
+	}
+	p, err := proxy.New(proxy.Options{Upstream: *upstream, Policy: engine, Logger: logger, Metrics: proxy.NewMetrics(reg)})
+	if err != nil {
+		log.Fatalf("aguardprof: %v", err)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatalf("aguardprof: %v", err)
+	}
+	if *cpuPath != "" {
+		f, err := os.Create(*cpuPath)
+		if err != nil {
+			log.Fatalf("aguardprof: -cpuprofile: %v", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatalf("aguardprof: CPU profile: %v", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
+	go p.Serve(ln)
+	log.Printf("aguardprof listening on %s, upstream %s", ln.Addr(), *upstream)
+
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	for {
+		select {
+		case <-usr1:
+			snapshot(*memPath)
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			p.Drain(dctx)
+			cancel()
+			p.Close()
+			return
+		}
+	}
+}
+
+// snapshot reports the runtime's figures and writes a heap profile.
+func snapshot(memPath string) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	fmt.Fprintf(os.Stderr, "aguardprof: goroutines %d, heap in use %d KiB, stack in use %d KiB, heap objects %d, sys %d KiB\n",
+		runtime.NumGoroutine(), m.HeapInuse>>10, m.StackInuse>>10, m.HeapObjects, m.Sys>>10)
+	if memPath == "" {
+		return
+	}
+	f, err := os.Create(memPath)
+	if err != nil {
+		log.Printf("aguardprof: -memprofile: %v", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		log.Printf("aguardprof: heap profile: %v", err)
+	}
+}

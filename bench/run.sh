@@ -1,0 +1,245 @@
+#!/usr/bin/env bash
+# bench/run.sh — measures one AG-UI streaming workload three ways on this
+# machine: (a) direct to the synthetic agent, (b) through nginx configured for
+# SSE, (c) through aguard (default policy, no Redis); and writes a Markdown
+# table to stdout and to bench/results/<date>.md.
+#
+#   bash bench/run.sh              # from the repository root, as root (installs nginx if missing)
+#
+# Phases, each for direct, nginx and aguard:
+#   idle     IDLE_STREAMS silent streams held open: RSS of the proxy before/after
+#   unpaced  UNPACED_STREAMS streams sending as fast as they are read, UNPACED_SECONDS:
+#            events/s delivered, proxy CPU seconds per million events
+#   paced    PACED_STREAMS streams × PACED_RATE events/s, PACED_SECONDS: latency
+#            agent→consumer (p50/p99/p99.9), proxy CPU seconds per million events
+#
+# Everything listens on and targets 127.0.0.1 only; every process started here
+# is stopped on exit; nginx runs in the foreground from its own temporary
+# prefix. Before each measurement the script waits (30 s steps, WAIT_BUDGET in
+# all) while the machine is busy with other work, and records the load.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE_PORT=${BASE_PORT:-18400}
+SIM_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
+AGUARD_PORT=$((BASE_PORT + 3))
+ADMIN_PORT=$((BASE_PORT + 4))
+DELTA=${DELTA:-64}                      # bytes per TEXT_MESSAGE_CONTENT delta
+IDLE_STREAMS=${IDLE_STREAMS:-1000}
+UNPACED_STREAMS=${UNPACED_STREAMS:-50}
+UNPACED_SECONDS=${UNPACED_SECONDS:-10}
+PACED_STREAMS=${PACED_STREAMS:-1000}
+PACED_RATE=${PACED_RATE:-20}
+PACED_SECONDS=${PACED_SECONDS:-20}
+MAX_LOAD=${MAX_LOAD:-0.8}               # 1-minute load average considered quiet
+MAX_BUSY=${MAX_BUSY:-0.25}              # or: CPUs busy over 3 s while our processes idle
+WAIT_BUDGET=${WAIT_BUDGET:-300}         # seconds of waiting for quiet, in all
+DATE=$(date -u +%Y-%m-%d)
+OUT_MD=${OUT_MD:-$ROOT/bench/results/$DATE.md}
+
+WORK=$(mktemp -d /tmp/aguard-bench.XXXXXX)
+BIN=$WORK/bin
+RES=$WORK/results
+mkdir -p "$BIN" "$RES" "$WORK/nginx/tmp"
+PIDS=()
+WAITED=0
+
+log() { printf '[run.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+cleanup() {
+	local pid
+	for pid in "${PIDS[@]}"; do
+		kill -TERM "$pid" 2>/dev/null || true
+	done
+	for _ in $(seq 50); do
+		local alive=0
+		for pid in "${PIDS[@]}"; do
+			kill -0 "$pid" 2>/dev/null && alive=1
+		done
+		((alive)) || break
+		sleep 0.1
+	done
+	for pid in "${PIDS[@]}"; do
+		kill -KILL "$pid" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	if [[ -n ${KEEP:-} ]]; then
+		log "kept $WORK"
+	else
+		rm -rf "$WORK"
+	fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# --- what it needs ----------------------------------------------------------
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+(($(ulimit -n) >= 3 * IDLE_STREAMS + 100)) || die "open-file limit $(ulimit -n) is too low for $IDLE_STREAMS streams"
+command -v go >/dev/null || die "go is not installed"
+if ! command -v nginx >/dev/null; then
+	log "installing nginx from Debian's packages (the service is not started)"
+	guard=""
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		# Keep dpkg from starting nginx's own daemon on port 80.
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nginx >/dev/null
+	[[ -n $guard ]] && rm -f /usr/sbin/policy-rc.d
+fi
+NGINX=$(command -v nginx)
+
+for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$ADMIN_PORT"; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+		die "port $port on 127.0.0.1 is in use; set BASE_PORT"
+	fi
+done
+
+log "building aguard and the bench tools into $BIN"
+(cd "$ROOT" && go build -o "$BIN/aguard" ./cmd/aguard && go build -o "$BIN/" ./bench/cmd/...)
+
+# The synthetic agent's runs must pass aguard untouched: replay a few shapes.
+printf '%s' '{"threadId":"t-1","runId":"r-1","protocolVersion":"1.0","messages":[{"id":"u1","role":"user","content":"hi"}],"tools":[{"name":"bench_frontend_tool","description":"bench","parameters":{"type":"object"}}],"context":[],"state":{},"forwardedProps":{}}' >"$WORK/input.json"
+for shape in "-events 20" "-events 20 -tools 2 -args 1024 -frontend" "-events 5 -tools 3 -args 10240"; do
+	# shellcheck disable=SC2086
+	"$BIN/agentsim" -print -delta "$DELTA" $shape >"$WORK/run.sse"
+	"$BIN/aguard" replay --input "$WORK/input.json" --report "$WORK/report.json" "$WORK/run.sse" >"$WORK/out.sse"
+	grep -q '"notes": \[\]' "$WORK/report.json" || die "aguard noted something on agentsim $shape: $(cat "$WORK/report.json")"
+	cmp -s <(grep '^data:' "$WORK/run.sse") <(grep '^data:' "$WORK/out.sse") || die "aguard changed agentsim's run $shape"
+done
+log "agentsim's runs pass aguard replay unchanged"
+
+# --- the three servers --------------------------------------------------------
+cat >"$WORK/nginx/nginx.conf" <<EOF
+# SSE reverse proxy in front of agentsim, loopback only, run in the foreground.
+daemon off;
+worker_processes auto;
+worker_rlimit_nofile 20000;
+pid nginx.pid;
+error_log error.log warn;
+events { worker_connections 10000; }
+http {
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    client_body_buffer_size 64k;
+    upstream agent {
+        server 127.0.0.1:$SIM_PORT;
+        keepalive 256;
+    }
+    server {
+        listen 127.0.0.1:$NGINX_PORT;
+        location / {
+            proxy_pass http://agent;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_cache off;
+            proxy_read_timeout 1h;
+            proxy_send_timeout 1h;
+            gzip off;
+        }
+    }
+}
+EOF
+"$NGINX" -t -q -p "$WORK/nginx/" -c nginx.conf -e error.log || die "nginx rejected its configuration"
+
+"$BIN/agentsim" -listen "127.0.0.1:$SIM_PORT" -delta "$DELTA" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
+SIM_PID=$!
+PIDS+=("$SIM_PID")
+"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
+NGINX_PID=$!
+PIDS+=("$NGINX_PID")
+"$BIN/aguard" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$AGUARD_PORT" \
+	--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 2s --log-format json >"$WORK/aguard.log" 2>&1 &
+AGUARD_PID=$!
+PIDS+=("$AGUARD_PID")
+
+for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT"; do
+	for i in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+		((i < 100)) || die "nothing listens on 127.0.0.1:$port (see $WORK/*.log)"
+		sleep 0.1
+	done
+done
+log "agentsim pid $SIM_PID :$SIM_PORT, nginx pid $NGINX_PID :$NGINX_PORT, aguard pid $AGUARD_PID :$AGUARD_PORT"
+
+# --- noise --------------------------------------------------------------------
+# busy_cpus SECONDS: CPUs busy (all processes) over an interval, from /proc/stat.
+busy_cpus() {
+	local a b
+	a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+	sleep "$1"
+	b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+	awk -v a="$a" -v b="$b" -v n="$(nproc)" 'BEGIN{split(a,x," "); split(b,y," "); busy=y[1]-x[1]; idle=y[2]-x[2];
+		if (busy+idle>0) printf "%.2f", n*busy/(busy+idle); else print 0}'
+}
+
+# quiet FILE: wait while other work keeps the machine busy; record the noise.
+# The 1-minute load average lags (it still holds this script's previous
+# phase), so a machine whose CPUs are idle right now also counts as quiet.
+quiet() {
+	local l1 busy
+	while :; do
+		l1=$(cut -d' ' -f1 /proc/loadavg)
+		busy=$(busy_cpus 3)
+		if awk -v l="$l1" -v b="$busy" -v ml="$MAX_LOAD" -v mb="$MAX_BUSY" 'BEGIN{exit !(l <= ml || b <= mb)}'; then
+			echo "load $l1, busy $busy" >"$1"
+			return
+		fi
+		if ((WAITED >= WAIT_BUDGET)); then
+			log "still busy after ${WAITED}s of waiting: measuring anyway (marked noisy)"
+			echo "load $l1, busy $busy (noisy)" >"$1"
+			return
+		fi
+		log "machine busy (load $l1, $busy CPUs busy by others): waiting 30 s"
+		sleep 30
+		WAITED=$((WAITED + 30))
+	done
+}
+
+# --- measurements -------------------------------------------------------------
+declare -A URL=([direct]="http://127.0.0.1:$SIM_PORT/agent" [nginx]="http://127.0.0.1:$NGINX_PORT/agent" [aguard]="http://127.0.0.1:$AGUARD_PORT/agent")
+declare -A PROXY_PID=([nginx]=$NGINX_PID [aguard]=$AGUARD_PID)
+
+# measure PHASE TARGET QUERY LOADGEN-ARGS...
+measure() {
+	local phase=$1 target=$2 query=$3
+	shift 3
+	local watch=(-watch "agentsim=$SIM_PID")
+	[[ -n ${PROXY_PID[$target]:-} ]] && watch+=(-watch "proxy=${PROXY_PID[$target]}")
+	quiet "$RES/$phase-$target.noise"
+	log "$phase / $target ($(cat "$RES/$phase-$target.noise"))"
+	timeout 180 "$BIN/loadgen" -json -label "$phase-$target" -url "${URL[$target]}?$query" "${watch[@]}" "$@" \
+		>"$RES/$phase-$target.json" || die "loadgen failed in $phase / $target"
+}
+
+for t in direct nginx aguard; do
+	measure idle "$t" "idle=true" -idle -streams "$IDLE_STREAMS" -ramp 2s -settle 2s
+done
+for t in direct nginx aguard; do
+	measure unpaced "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
+done
+for t in direct nginx aguard; do
+	measure paced "$t" "events=1000000000&rate=$PACED_RATE" -streams "$PACED_STREAMS" -ramp 2s -warmup 3s -duration "${PACED_SECONDS}s"
+done
+
+# --- report ---------------------------------------------------------------------
+{
+	echo "Run $(date -u +'%Y-%m-%d %H:%M UTC') with \`bash bench/run.sh\`; aguard at \`$(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo unknown)\`."
+	echo
+	echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r)"
+	echo "- $(go version | cut -d' ' -f3-), $("$NGINX" -v 2>&1 | sed 's/^nginx version: //') (worker_processes auto = $(nproc))"
+	echo "- workload: agentsim AG-UI 1.0 runs of TEXT_MESSAGE_CONTENT events, ${DELTA}-byte deltas, no tool calls (pass-through), each event its own flushed SSE frame; agentsim, the proxy and loadgen share the machine"
+	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up; idle: $IDLE_STREAMS streams"
+} >"$WORK/meta.md"
+mkdir -p "$(dirname "$OUT_MD")"
+"$BIN/benchreport" -dir "$RES" -meta "$WORK/meta.md" -paced-rate "$PACED_RATE" | tee "$OUT_MD"
+mkdir -p "${OUT_MD%.md}"
+cp "$RES"/*.json "$RES"/*.noise "${OUT_MD%.md}/"
+log "wrote $OUT_MD and the raw results in ${OUT_MD%.md}/"
