@@ -89,18 +89,23 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		routes[i] = proxy.Route{Path: r.Path, Upstream: r.Upstream, Protocol: r.Protocol}
 	}
 	p, err := proxy.New(proxy.Options{
-		Upstream:         cfg.Upstream,
-		UpstreamProtocol: cfg.UpstreamProtocol,
-		Routes:           routes,
-		MaxBody:          cfg.MaxBody,
-		MaxEvent:         cfg.MaxEvent,
-		Heartbeat:        cfg.Heartbeat,
-		UpstreamTimeout:  cfg.UpstreamTimeout,
-		Monitor:          cfg.Mode == "monitor",
-		Policy:           engine,
-		ApprovalTimeout:  cfg.ApprovalTimeout,
-		Logger:           log,
-		Metrics:          proxy.NewMetrics(reg),
+		Upstream:            cfg.Upstream,
+		UpstreamProtocol:    cfg.UpstreamProtocol,
+		Routes:              routes,
+		MaxBody:             cfg.MaxBody,
+		MaxEvent:            cfg.MaxEvent,
+		Heartbeat:           cfg.Heartbeat,
+		UpstreamTimeout:     cfg.UpstreamTimeout,
+		UpstreamIdleTimeout: cfg.UpstreamIdleTimeout,
+		Monitor:             cfg.Mode == "monitor",
+		Policy:              engine,
+		ApprovalTimeout:     cfg.ApprovalTimeout,
+		State:               store,
+		ClientToolTimeout:   cfg.ClientToolTimeout,
+		Notifier:            hooks,
+		AdminToken:          cfg.AdminToken,
+		Logger:              log,
+		Metrics:             proxy.NewMetrics(reg),
 	})
 	if err != nil {
 		store.Close()

@@ -211,3 +211,93 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestServeWiresLedgerWebhooksAndAdminToken runs the real binary and checks
+// that every part reaches the data plane: the ledger (the thread's next run
+// is refused while a call is pending, and the admin API sees the record),
+// webhooks, and the admin token kept from the agent.
+func TestServeWiresLedgerWebhooksAndAdminToken(t *testing.T) {
+	bin := buildAguard(t)
+	leaked := make(chan string, 4)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for name, vals := range r.Header {
+			for _, v := range vals {
+				if strings.Contains(v, "admin-tok") {
+					leaked <- name
+				}
+			}
+		}
+		body, _ := io.ReadAll(r.Body)
+		run := "run-2"
+		if strings.Contains(string(body), `"runId":"run-1"`) {
+			run = "run-1"
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"type":"RUN_STARTED","threadId":"t-w","runId":"`+run+`"}`+"\n\n")
+		if run == "run-1" {
+			io.WriteString(w, "data: {\"type\":\"TOOL_CALL_START\",\"toolCallId\":\"call-w1\",\"toolCallName\":\"confirm_order\"}\n\n")
+			io.WriteString(w, "data: {\"type\":\"TOOL_CALL_ARGS\",\"toolCallId\":\"call-w1\",\"delta\":\"{}\"}\n\n")
+			io.WriteString(w, "data: {\"type\":\"TOOL_CALL_END\",\"toolCallId\":\"call-w1\"}\n\n")
+		}
+		io.WriteString(w, `data: {"type":"RUN_FINISHED","threadId":"t-w","runId":"`+run+`"}`+"\n\n")
+	}))
+	defer agent.Close()
+	hooks := make(chan string, 16)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hooks <- r.Header.Get("X-Aguard-Event")
+	}))
+	defer receiver.Close()
+	a := startAguard(t, bin, "--upstream", agent.URL, "--admin-token", "admin-tok",
+		"--webhook", receiver.URL, "--webhook-secret", "s")
+
+	input := func(run string) string {
+		return `{"threadId":"t-w","runId":"` + run + `","protocolVersion":"1.0","messages":[],` +
+			`"tools":[{"name":"confirm_order","description":"ask","parameters":{"type":"object"}}]}`
+	}
+	req, _ := http.NewRequest("POST", "http://"+a.listen+"/agent", strings.NewReader(input("run-1")))
+	req.Header.Set("X-Passed-Along", "Bearer admin-tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"pendingToolCallIds":["call-w1"]`) {
+		t.Fatalf("run 1: %s", b)
+	}
+	select {
+	case name := <-leaked:
+		t.Fatalf("the agent received the admin token in %s", name)
+	default:
+	}
+
+	resp, err = http.Post("http://"+a.listen+"/agent", "application/json", strings.NewReader(input("run-2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 409 || !strings.Contains(string(b), `"unanswered_tool_calls"`) || !strings.Contains(string(b), "call-w1") {
+		t.Fatalf("run 2 without the answer: %d %s", resp.StatusCode, b)
+	}
+
+	req, _ = http.NewRequest("GET", "http://"+a.admin+"/v1/tool-calls/call-w1", nil)
+	req.Header.Set("Authorization", "Bearer admin-tok")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"status":"TOOL_EXECUTION_STATUS_EXECUTING"`) {
+		t.Fatalf("admin API: %d %s", resp.StatusCode, b)
+	}
+	select {
+	case ev := <-hooks:
+		if ev != "llm.tool_call_started" {
+			t.Fatalf("first webhook %q", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no webhook arrived")
+	}
+}
