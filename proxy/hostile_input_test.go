@@ -90,7 +90,7 @@ func TestOversizedAndNestedInput(t *testing.T) {
 		frame(`{"type":"STATE_SNAPSHOT","snapshot":`+deep+`}`)), func(o *Options) { o.MaxBody = 1 << 20 })
 
 	req, _ := http.NewRequest("POST", h.url+"/agent", strings.NewReader(runInput("t", "r")))
-	req.Header.Set("X-Big", strings.Repeat("a", 20<<10))
+	req.Header.Set("X-Big", strings.Repeat("a", 10<<10))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

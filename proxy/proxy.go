@@ -90,8 +90,9 @@ type Options struct {
 	Metrics          *Metrics
 }
 
-// maxHeaderBytes bounds a request's line and headers.
-const maxHeaderBytes = 16 << 10
+// maxHeaderBytes bounds a request's line and headers. The buffer this
+// sizes stays with a stream's connection for the stream's life.
+const maxHeaderBytes = 8 << 10
 
 // stalledConsumer is how long a consumer may accept no bytes at all before
 // its stream is ended; a consumer that reads slowly is back-pressured, never

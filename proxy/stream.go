@@ -106,7 +106,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 		start: time.Now(),
 		head:  append([]byte(nil), h.Header()...),
 		chunk: chunk,
-		out:   make([]byte, chunkHead, 4096),
+		out:   make([]byte, chunkHead, 512),
 	}
 	if p.opt.State != nil {
 		s.led = newLedger(p.opt.State, p.opt.Notifier, in, p.opt.ClientToolTimeout, s.log)
@@ -181,6 +181,14 @@ func (s *stream) pump() string {
 	p := s.p
 	if s.body == nil {
 		return s.emit(s.pipe.End(nil), "completed")
+	}
+	// Flush before every read of the agent's socket: those are the reads
+	// that may block. (The body reader above it may hand back an event it
+	// already holds without touching the socket; flushing there would
+	// write a backlog one event at a time.)
+	if c := connOf(s.resp); c != nil {
+		c.beforeRead = s.flushForRead
+		defer func() { c.beforeRead = nil }()
 	}
 	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
 		if err != nil {
@@ -324,20 +332,31 @@ func (s *stream) interruption() error {
 	return s.cause
 }
 
-// upstreamReader is the pump's view of the upstream body: it flushes pending
-// output before each read (a read may block until the agent sends more),
-// and records when the agent last sent any bytes, comments included.
-type upstreamReader struct{ s *stream }
-
-func (u upstreamReader) Read(b []byte) (int, error) {
-	s := u.s
+// flushForRead flushes pending output before the agent's socket is read. A
+// failed write means the consumer is gone: the read fails, and the pump ends.
+func (s *stream) flushForRead() error {
 	if err := s.flush(); err != nil {
 		s.umu.Lock()
 		if s.cause == nil {
 			s.cause = errConsumerGone
 		}
 		s.umu.Unlock()
-		return 0, errConsumerGone
+		return errConsumerGone
+	}
+	return nil
+}
+
+// upstreamReader is the pump's view of the upstream body. It records when the
+// agent last sent any bytes, comments included; and, when the connection is
+// not a trackedConn, flushes before each read.
+type upstreamReader struct{ s *stream }
+
+func (u upstreamReader) Read(b []byte) (int, error) {
+	s := u.s
+	if connOf(s.resp) == nil {
+		if err := s.flushForRead(); err != nil {
+			return 0, err
+		}
 	}
 	n, err := s.body.Read(b)
 	if n > 0 {

@@ -79,6 +79,20 @@ func (u *upstream) target(requestURI []byte) string {
 type trackedConn struct {
 	net.Conn
 	addr trackedAddr
+	// beforeRead, while a stream reads this connection, is called before
+	// each socket read, on the stream's goroutine: the stream flushes its
+	// pending output there, since the read may block.
+	beforeRead func() error
+}
+
+// Read implements net.Conn.
+func (c *trackedConn) Read(b []byte) (int, error) {
+	if c.beforeRead != nil {
+		if err := c.beforeRead(); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(b)
 }
 
 type trackedAddr struct {
@@ -97,9 +111,17 @@ func (c *trackedConn) LocalAddr() net.Addr { return &c.addr }
 // liftReadDeadline removes the header deadline from the connection that
 // carried resp.
 func liftReadDeadline(resp *fasthttp.Response) {
-	if a, ok := resp.LocalAddr().(*trackedAddr); ok {
-		a.conn.Conn.SetReadDeadline(time.Time{})
+	if c := connOf(resp); c != nil {
+		c.Conn.SetReadDeadline(time.Time{})
 	}
+}
+
+// connOf is the connection that carried resp, or nil.
+func connOf(resp *fasthttp.Response) *trackedConn {
+	if a, ok := resp.LocalAddr().(*trackedAddr); ok {
+		return a.conn
+	}
+	return nil
 }
 
 // upstreamStatus maps an error of the upstream request to the HTTP status the
