@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# bench/run.sh — measures one AG-UI streaming workload three ways on this
+# bench/run.sh — measures one AG-UI streaming workload four ways on this
 # machine: (a) direct to the synthetic agent, (b) through nginx configured for
-# SSE, (c) through aguard (default policy, no Redis); and writes a Markdown
-# table to stdout and to bench/results/<date>.md.
+# SSE, (c) through aguard (default policy, no Redis), (d) through a second
+# aguard with the ledger in Redis (--redis, a throwaway redis-server); and
+# writes a Markdown table to stdout and to bench/results/<date>.md.
 #
-#   bash bench/run.sh              # from the repository root, as root (installs nginx if missing)
+#   bash bench/run.sh              # from the repository root, as root (installs nginx and redis-server if missing)
 #
-# Phases, each for direct, nginx and aguard:
+# Phases, each for direct, nginx, aguard and aguard-redis:
 #   idle     IDLE_STREAMS silent streams held open: RSS of the proxy before/after
 #   unpaced  UNPACED_STREAMS streams sending as fast as they are read, UNPACED_SECONDS:
 #            events/s delivered, proxy CPU seconds per million events
 #   paced    PACED_STREAMS streams × PACED_RATE events/s, PACED_SECONDS: latency
 #            agent→consumer (p50/p99/p99.9), proxy CPU seconds per million events
+#   tools    TOOLS_STREAMS streams × TOOLS_RATE events/s, TOOLS_SECONDS: runs of
+#            TOOLS_EVENTS content events carrying 2 frontend tool calls with
+#            TOOLS_ARGS bytes of arguments each (left pending at RUN_FINISHED,
+#            so every run end is a ledger write); latency and CPU as for paced
 #
 # Everything listens on and targets 127.0.0.1 only; every process started here
-# is stopped on exit; nginx runs in the foreground from its own temporary
-# prefix. Before each measurement the script waits (30 s steps, WAIT_BUDGET in
+# is stopped on exit; nginx and redis-server run in the foreground (nginx from
+# its own temporary prefix, Redis with no persistence). Before each measurement the script waits (30 s steps, WAIT_BUDGET in
 # all) while the machine is busy with other work, and records the load.
 set -euo pipefail
 
@@ -25,6 +30,10 @@ SIM_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
 AGUARD_PORT=$((BASE_PORT + 3))
 ADMIN_PORT=$((BASE_PORT + 4))
+REDIS_PORT=$((BASE_PORT + 5))
+AGUARD_REDIS_PORT=$((BASE_PORT + 6))
+ADMIN_REDIS_PORT=$((BASE_PORT + 7))
+LEDGER_PORT=$((BASE_PORT + 8))
 DELTA=${DELTA:-64}                      # bytes per TEXT_MESSAGE_CONTENT delta
 IDLE_STREAMS=${IDLE_STREAMS:-1000}
 UNPACED_STREAMS=${UNPACED_STREAMS:-50}
@@ -32,11 +41,26 @@ UNPACED_SECONDS=${UNPACED_SECONDS:-10}
 PACED_STREAMS=${PACED_STREAMS:-1000}
 PACED_RATE=${PACED_RATE:-20}
 PACED_SECONDS=${PACED_SECONDS:-20}
+TOOLS_STREAMS=${TOOLS_STREAMS:-200}
+TOOLS_RATE=${TOOLS_RATE:-20}            # events/s per stream, every event counted (≈11 s per run)
+TOOLS_EVENTS=${TOOLS_EVENTS:-200}       # content events per run (≈220 events with the calls)
+TOOLS_CALLS=${TOOLS_CALLS:-2}
+TOOLS_ARGS=${TOOLS_ARGS:-1024}
+TOOLS_SECONDS=${TOOLS_SECONDS:-20}
+TOOLS_RAMP=${TOOLS_RAMP:-10}            # seconds; spreads run ends over a run's length
 MAX_LOAD=${MAX_LOAD:-0.8}               # 1-minute load average considered quiet
 MAX_BUSY=${MAX_BUSY:-0.25}              # or: CPUs busy over 3 s while our processes idle
 WAIT_BUDGET=${WAIT_BUDGET:-300}         # seconds of waiting for quiet, in all
 DATE=$(date -u +%Y-%m-%d)
-OUT_MD=${OUT_MD:-$ROOT/bench/results/$DATE.md}
+# bench/results/<date>.md, or <date>-2.md, -3.md … when that day already has results.
+if [[ -z ${OUT_MD:-} ]]; then
+	OUT_MD=$ROOT/bench/results/$DATE.md
+	n=2
+	while [[ -e $OUT_MD || -e ${OUT_MD%.md} ]]; do
+		OUT_MD=$ROOT/bench/results/$DATE-$n.md
+		n=$((n + 1))
+	done
+fi
 
 WORK=$(mktemp -d /tmp/aguard-bench.XXXXXX)
 BIN=$WORK/bin
@@ -90,8 +114,19 @@ if ! command -v nginx >/dev/null; then
 	[[ -n $guard ]] && rm -f /usr/sbin/policy-rc.d
 fi
 NGINX=$(command -v nginx)
+if ! command -v redis-server >/dev/null; then
+	log "installing redis-server from Debian's packages (the service is not started)"
+	guard=""
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1
+	fi
+	apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+	[[ -n $guard ]] && rm -f /usr/sbin/policy-rc.d
+fi
+REDIS=$(command -v redis-server)
 
-for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$ADMIN_PORT"; do
+for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$ADMIN_PORT" "$REDIS_PORT" "$AGUARD_REDIS_PORT" "$ADMIN_REDIS_PORT" "$LEDGER_PORT"; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		die "port $port on 127.0.0.1 is in use; set BASE_PORT"
 	fi
@@ -111,7 +146,7 @@ for shape in "-events 20" "-events 20 -tools 2 -args 1024 -frontend" "-events 5 
 done
 log "agentsim's runs pass aguard replay unchanged"
 
-# --- the three servers --------------------------------------------------------
+# --- the servers --------------------------------------------------------
 cat >"$WORK/nginx/nginx.conf" <<EOF
 # SSE reverse proxy in front of agentsim, loopback only, run in the foreground.
 daemon off;
@@ -159,8 +194,30 @@ PIDS+=("$NGINX_PID")
 	--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 2s --log-format json >"$WORK/aguard.log" 2>&1 &
 AGUARD_PID=$!
 PIDS+=("$AGUARD_PID")
+# A throwaway Redis for the ledger: loopback, no snapshots, no AOF, no dir of its own.
+(cd "$WORK" && exec "$REDIS" --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --daemonize no \
+	--protected-mode yes --loglevel warning) >"$WORK/redis.log" 2>&1 &
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+for i in $(seq 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null && break
+	((i < 100)) || die "redis-server does not listen on 127.0.0.1:$REDIS_PORT (see $WORK/redis.log)"
+	sleep 0.1
+done
+"$BIN/aguard" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$AGUARD_REDIS_PORT" \
+	--admin-listen "127.0.0.1:$ADMIN_REDIS_PORT" --drain-timeout 2s --log-format json \
+	--redis "redis://127.0.0.1:$REDIS_PORT/0" >"$WORK/aguard-redis.log" 2>&1 &
+AGUARD_REDIS_PID=$!
+PIDS+=("$AGUARD_REDIS_PID")
+# aguard serve does not (yet) pass its state store to the proxy, so its data
+# plane keeps no ledger even with --redis. aguardprof -redis is the same data
+# plane with the ledger wired (proxy.Options.State), on the same Redis (db 1).
+"$BIN/aguardprof" -upstream "http://127.0.0.1:$SIM_PORT" -listen "127.0.0.1:$LEDGER_PORT" \
+	-redis "redis://127.0.0.1:$REDIS_PORT/1" -log "$WORK/ledger.log" >"$WORK/ledger.stderr" 2>&1 &
+LEDGER_PID=$!
+PIDS+=("$LEDGER_PID")
 
-for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT"; do
+for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$AGUARD_REDIS_PORT" "$LEDGER_PORT"; do
 	for i in $(seq 100); do
 		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
 		((i < 100)) || die "nothing listens on 127.0.0.1:$port (see $WORK/*.log)"
@@ -168,6 +225,7 @@ for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT"; do
 	done
 done
 log "agentsim pid $SIM_PID :$SIM_PORT, nginx pid $NGINX_PID :$NGINX_PORT, aguard pid $AGUARD_PID :$AGUARD_PORT"
+log "redis-server pid $REDIS_PID :$REDIS_PORT, aguard --redis pid $AGUARD_REDIS_PID :$AGUARD_REDIS_PORT, aguardprof -redis pid $LEDGER_PID :$LEDGER_PORT"
 
 # --- noise --------------------------------------------------------------------
 # busy_cpus SECONDS: CPUs busy (all processes) over an interval, from /proc/stat.
@@ -204,8 +262,11 @@ quiet() {
 }
 
 # --- measurements -------------------------------------------------------------
-declare -A URL=([direct]="http://127.0.0.1:$SIM_PORT/agent" [nginx]="http://127.0.0.1:$NGINX_PORT/agent" [aguard]="http://127.0.0.1:$AGUARD_PORT/agent")
-declare -A PROXY_PID=([nginx]=$NGINX_PID [aguard]=$AGUARD_PID)
+TARGETS=(direct nginx aguard aguard-redis aguard-ledger)
+declare -A URL=([direct]="http://127.0.0.1:$SIM_PORT/agent" [nginx]="http://127.0.0.1:$NGINX_PORT/agent"
+	[aguard]="http://127.0.0.1:$AGUARD_PORT/agent" [aguard-redis]="http://127.0.0.1:$AGUARD_REDIS_PORT/agent"
+	[aguard-ledger]="http://127.0.0.1:$LEDGER_PORT/agent")
+declare -A PROXY_PID=([nginx]=$NGINX_PID [aguard]=$AGUARD_PID [aguard-redis]=$AGUARD_REDIS_PID [aguard-ledger]=$LEDGER_PID)
 
 # measure PHASE TARGET QUERY LOADGEN-ARGS...
 measure() {
@@ -213,21 +274,29 @@ measure() {
 	shift 3
 	local watch=(-watch "agentsim=$SIM_PID")
 	[[ -n ${PROXY_PID[$target]:-} ]] && watch+=(-watch "proxy=${PROXY_PID[$target]}")
+	[[ $target == aguard-redis || $target == aguard-ledger ]] && watch+=(-watch "redis=$REDIS_PID")
 	quiet "$RES/$phase-$target.noise"
 	log "$phase / $target ($(cat "$RES/$phase-$target.noise"))"
 	timeout 180 "$BIN/loadgen" -json -label "$phase-$target" -url "${URL[$target]}?$query" "${watch[@]}" "$@" \
 		>"$RES/$phase-$target.json" || die "loadgen failed in $phase / $target"
 }
 
-for t in direct nginx aguard; do
+for t in "${TARGETS[@]}"; do
 	measure idle "$t" "idle=true" -idle -streams "$IDLE_STREAMS" -ramp 2s -settle 2s
 done
-for t in direct nginx aguard; do
+for t in "${TARGETS[@]}"; do
 	measure unpaced "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
 done
-for t in direct nginx aguard; do
+for t in "${TARGETS[@]}"; do
 	measure paced "$t" "events=1000000000&rate=$PACED_RATE" -streams "$PACED_STREAMS" -ramp 2s -warmup 3s -duration "${PACED_SECONDS}s"
 done
+for t in "${TARGETS[@]}"; do
+	measure tools "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
+		-streams "$TOOLS_STREAMS" -ramp "${TOOLS_RAMP}s" -warmup 2s -duration "${TOOLS_SECONDS}s"
+done
+if command -v redis-cli >/dev/null; then
+	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats >"$RES/redis-commandstats.txt" 2>/dev/null || true
+fi
 
 # --- report ---------------------------------------------------------------------
 {
@@ -237,9 +306,16 @@ done
 	echo "- $(go version | cut -d' ' -f3-), $("$NGINX" -v 2>&1 | sed 's/^nginx version: //') (worker_processes auto = $(nproc))"
 	echo "- workload: agentsim AG-UI 1.0 runs of TEXT_MESSAGE_CONTENT events, ${DELTA}-byte deltas, no tool calls (pass-through), each event its own flushed SSE frame; agentsim, the proxy and loadgen share the machine"
 	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up; idle: $IDLE_STREAMS streams"
+	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up"
+	echo "- aguard + Redis: a second \`aguard serve\` with \`--redis redis://127.0.0.1:$REDIS_PORT/0\`, $("$REDIS" --version | cut -d' ' -f1-3) on loopback, \`--save '' --appendonly no\`"
+	echo "- aguard + Redis ledger wired: \`bench/cmd/aguardprof -redis redis://127.0.0.1:$REDIS_PORT/1\` — the same data plane with the state store passed to proxy.New as \`State\`, which \`aguard serve\` does not do (so its --redis column keeps no ledger on the stream path)"
+	if [[ -s $RES/redis-commandstats.txt ]]; then
+		echo "- Redis commands over the whole run (both aguards): $(grep -o '^cmdstat_[a-z]*:calls=[0-9]*' "$RES/redis-commandstats.txt" | sed 's/^cmdstat_//; s/:calls=/ /' | tr '\n' ',' | sed 's/,$//; s/,/, /g')"
+	fi
 } >"$WORK/meta.md"
 mkdir -p "$(dirname "$OUT_MD")"
-"$BIN/benchreport" -dir "$RES" -meta "$WORK/meta.md" -paced-rate "$PACED_RATE" | tee "$OUT_MD"
+"$BIN/benchreport" -dir "$RES" -meta "$WORK/meta.md" -paced-rate "$PACED_RATE" -tools-rate "$TOOLS_RATE" | tee "$OUT_MD"
 mkdir -p "${OUT_MD%.md}"
 cp "$RES"/*.json "$RES"/*.noise "${OUT_MD%.md}/"
+cp "$RES"/*.txt "${OUT_MD%.md}/" 2>/dev/null || true
 log "wrote $OUT_MD and the raw results in ${OUT_MD%.md}/"

@@ -9,6 +9,12 @@
 // profile to -memprofile and a line of runtime figures (goroutines, heap and
 // stack in use) to stderr: send it while idle streams are open to see what
 // one stream holds. Listens on loopback only.
+//
+// -ledger wires the tool-call ledger (state.Open, in-process LRU) into the
+// proxy as proxy.Options.State, and -redis URL puts it in front of that
+// Redis. (aguard serve opens the store for its admin API but, at the time of
+// writing, does not pass it to proxy.New, so its data plane keeps no
+// ledger even with --redis; these flags measure what wiring it would cost.)
 package main
 
 import (
@@ -19,6 +25,7 @@ import (
 	"log"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"runtime"
@@ -28,6 +35,7 @@ import (
 
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
+	"github.com/aguard/aguard/state"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -38,6 +46,8 @@ func main() {
 	cpuPath := flag.String("cpuprofile", "", "write a CPU profile here (start to exit)")
 	memPath := flag.String("memprofile", "", "write a heap profile here on SIGUSR1")
 	logPath := flag.String("log", "", "JSON log file (default: discarded)")
+	ledger := flag.Bool("ledger", false, "keep the tool-call ledger (in-process LRU) in the proxy")
+	redisURL := flag.String("redis", "", "redis://127.0.0.1:PORT/DB: keep the ledger in front of this Redis (implies -ledger; loopback only)")
 	flag.Parse()
 
 	host, _, err := net.SplitHostPort(*listen)
@@ -63,7 +73,21 @@ func main() {
 	if err != nil {
 		log.Fatalf("aguardprof: policy: %v", err)
 	}
-	p, err := proxy.New(proxy.Options{Upstream: *upstream, Policy: engine, Logger: logger, Metrics: proxy.NewMetrics(reg)})
+	popt := proxy.Options{Upstream: *upstream, Policy: engine, Logger: logger, Metrics: proxy.NewMetrics(reg)}
+	if *ledger || *redisURL != "" {
+		if *redisURL != "" {
+			if err := checkRedisURL(*redisURL); err != nil {
+				log.Fatalf("aguardprof: -redis: %v", err)
+			}
+		}
+		store, err := state.Open(ctx, state.Options{RedisURL: *redisURL, Logger: logger, Registerer: reg})
+		if err != nil {
+			log.Fatalf("aguardprof: state: %v", err)
+		}
+		defer store.Close()
+		popt.State = store
+	}
+	p, err := proxy.New(popt)
 	if err != nil {
 		log.Fatalf("aguardprof: %v", err)
 	}
@@ -101,6 +125,21 @@ func main() {
 			return
 		}
 	}
+}
+
+// checkRedisURL accepts redis:// URLs on loopback only.
+func checkRedisURL(s string) error {
+	u, err := url.Parse(s)
+	if err != nil {
+		return err
+	}
+	if u.Scheme != "redis" {
+		return fmt.Errorf("%q: want a redis:// URL", s)
+	}
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address", u.Hostname())
+	}
+	return nil
 }
 
 // snapshot reports the runtime's figures and writes a heap profile.

@@ -1,12 +1,15 @@
 // Command benchreport turns the JSON results that bench/run.sh collected
-// with loadgen into one Markdown report: the figures for direct, nginx and
-// aguard side by side, the aguard/nginx ratios, and the issue's targets with
-// whether each is met.
+// with loadgen into one Markdown report: the figures for direct, nginx,
+// aguard and aguard with its ledger in Redis side by side, each aguard's
+// ratio to nginx, and the issue's targets with whether each is met.
 //
-//	benchreport -dir /tmp/aguard-bench.X/results -meta /tmp/aguard-bench.X/meta.md -paced-rate 20
+//	benchreport -dir /tmp/aguard-bench.X/results -meta /tmp/aguard-bench.X/meta.md -paced-rate 20 -tools-rate 20
 //
-// The directory holds <phase>-<target>.json for the phases idle, unpaced and
-// paced and the targets direct, nginx and aguard; a missing file shows as "—".
+// The directory holds <phase>-<target>.json for the phases idle, unpaced,
+// paced and tools and the targets direct, nginx, aguard, aguard-redis and
+// aguard-ledger; a missing file shows as "—". aguard-ledger is aguardprof
+// -redis: the data plane with the ledger wired in, which aguard serve does
+// not do yet.
 package main
 
 import (
@@ -17,6 +20,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -30,6 +34,7 @@ type result struct {
 	EventsPerSec float64        `json:"eventsPerSecond"`
 	Errors       map[string]int `json:"errors"`
 	Opened       int            `json:"opened"`
+	RunsDone     int64          `json:"runsCompleted"`
 	Latency      *struct {
 		Samples int     `json:"samples"`
 		P50     float64 `json:"p50Ms"`
@@ -62,24 +67,39 @@ func (r *result) proc(name string) (cpuPerM, cpu, perStream float64, ok bool) {
 	return 0, 0, 0, false
 }
 
-var targets = []string{"direct", "nginx", "aguard"}
+// target is one column of the report.
+type target struct{ key, title string }
+
+var targets = []target{
+	{"direct", "direct (no proxy)"},
+	{"nginx", "nginx (SSE config)"},
+	{"aguard", "aguard (default policy, no Redis)"},
+	{"aguard-redis", "aguard + Redis (`serve --redis`)"},
+	{"aguard-ledger", "aguard + Redis, ledger wired (aguardprof -redis)"},
+}
+
+// aguards are the columns compared with nginx.
+var aguards = targets[2:]
+
+var phases = []string{"idle", "unpaced", "paced", "tools"}
 
 func main() {
 	dir := flag.String("dir", "", "folder of <phase>-<target>.json files (required)")
 	meta := flag.String("meta", "", "Markdown file with the machine description, copied into the report")
 	pacedRate := flag.Float64("paced-rate", 20, "events per second per stream of the paced phase (for the offered load)")
+	toolsRate := flag.Float64("tools-rate", 20, "events per second per stream of the tool-call phase (for the offered load)")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("benchreport: -dir is required")
 	}
-	res := map[string]*result{}
-	for _, phase := range []string{"idle", "unpaced", "paced"} {
+	res := results{}
+	for _, phase := range phases {
 		for _, t := range targets {
-			r, err := load(*dir, phase, t)
+			r, err := load(*dir, phase, t.key)
 			if err != nil {
 				log.Fatalf("benchreport: %v", err)
 			}
-			res[phase+"-"+t] = r
+			res[phase+"-"+t.key] = r
 		}
 	}
 	var metaText string
@@ -90,7 +110,7 @@ func main() {
 		}
 		metaText = string(b)
 	}
-	write(os.Stdout, res, metaText, *pacedRate)
+	write(os.Stdout, res, metaText, *pacedRate, *toolsRate)
 }
 
 // load reads one result; a missing file is a nil result.
@@ -115,19 +135,71 @@ func load(dir, phase, target string) (*result, error) {
 
 const dash = "—"
 
-func f(format string, v float64, ok bool) string {
-	if !ok {
-		return dash
-	}
-	return fmt.Sprintf(format, v)
+// value is one figure that may be missing.
+type value struct {
+	v  float64
+	ok bool
 }
 
-func ratio(a, b float64, ok bool) string {
-	if !ok || b == 0 {
+func (x value) fmt(format string) string {
+	if !x.ok {
 		return dash
 	}
-	return fmt.Sprintf("%.2f×", a/b)
+	return fmt.Sprintf(format, x.v)
 }
+
+func ratio(a, b value) string {
+	if !a.ok || !b.ok || b.v == 0 {
+		return dash
+	}
+	return fmt.Sprintf("%.2f×", a.v/b.v)
+}
+
+// results are keyed "<phase>-<target>".
+type results map[string]*result
+
+func (rs results) get(phase, t string) *result { return rs[phase+"-"+t] }
+
+// of applies q to a phase's result for t, if there is one.
+func (rs results) of(phase, t string, q func(*result) (float64, bool)) value {
+	r := rs.get(phase, t)
+	if r == nil {
+		return value{}
+	}
+	v, ok := q(r)
+	return value{v, ok}
+}
+
+func procCPU(name string) func(*result) (float64, bool) {
+	return func(r *result) (float64, bool) {
+		v, _, _, ok := r.proc(name)
+		return v, ok
+	}
+}
+
+func procRSS(name string) func(*result) (float64, bool) {
+	return func(r *result) (float64, bool) {
+		_, _, v, ok := r.proc(name)
+		return v, ok
+	}
+}
+
+func lat(q func(*result) float64) func(*result) (float64, bool) {
+	return func(r *result) (float64, bool) {
+		if r.Latency == nil {
+			return 0, false
+		}
+		return q(r), true
+	}
+}
+
+var (
+	p50  = lat(func(r *result) float64 { return r.Latency.P50 })
+	p99  = lat(func(r *result) float64 { return r.Latency.P99 })
+	p999 = lat(func(r *result) float64 { return r.Latency.P999 })
+	eps  = func(r *result) (float64, bool) { return r.EventsPerSec, true }
+	runs = func(r *result) (float64, bool) { return float64(r.RunsDone), true }
+)
 
 func errorsOf(r *result) string {
 	if r == nil {
@@ -144,9 +216,96 @@ func errorsOf(r *result) string {
 	return strings.Join(parts, "; ")
 }
 
-func write(w io.Writer, res map[string]*result, meta string, pacedRate float64) {
-	get := func(k string) *result { return res[k] }
-	row := func(cells ...string) { fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | ")) }
+// table writes the rows of one Markdown table with a column per target and
+// one per aguard/nginx ratio.
+type table struct {
+	w   io.Writer
+	res results
+}
+
+func (t table) row(cells ...string) { fmt.Fprintf(t.w, "| %s |\n", strings.Join(cells, " | ")) }
+
+func (t table) header() {
+	cells := []string{"measure"}
+	align := []string{"---"}
+	for _, tg := range targets {
+		cells = append(cells, tg.title)
+		align = append(align, "---:")
+	}
+	for _, a := range aguards {
+		cells = append(cells, a.key+" / nginx")
+		align = append(align, "---:")
+	}
+	t.row(cells...)
+	t.row(align...)
+}
+
+// figures writes one row of a phase's figure for the targets in only (all
+// when nil), formatted with format, with ratios to nginx when ratios is set.
+func (t table) figures(label, phase, format string, q func(*result) (float64, bool), only []string, ratios bool) {
+	cells := []string{label}
+	vals := map[string]value{}
+	for _, tg := range targets {
+		if only != nil && !slices.Contains(only, tg.key) {
+			cells = append(cells, dash)
+			continue
+		}
+		v := t.res.of(phase, tg.key, q)
+		vals[tg.key] = v
+		cells = append(cells, v.fmt(format))
+	}
+	for _, a := range aguards {
+		if ratios {
+			cells = append(cells, ratio(vals[a.key], vals["nginx"]))
+		} else {
+			cells = append(cells, dash)
+		}
+	}
+	t.row(cells...)
+}
+
+func (t table) errors(label, phase string) {
+	cells := []string{label}
+	for _, tg := range targets {
+		cells = append(cells, errorsOf(t.res.get(phase, tg.key)))
+	}
+	for range aguards {
+		cells = append(cells, dash)
+	}
+	t.row(cells...)
+}
+
+// added writes the added p99 (minus direct) with the difference to nginx's.
+func (t table) added(label, phase string) {
+	d := t.res.of(phase, "direct", p99)
+	n := t.res.of(phase, "nginx", p99)
+	cells := []string{label, dash}
+	for _, tg := range targets[1:] {
+		v := t.res.of(phase, tg.key, p99)
+		cells = append(cells, value{v.v - d.v, v.ok && d.ok}.fmt("%.3f"))
+	}
+	for _, a := range aguards {
+		v := t.res.of(phase, a.key, p99)
+		cells = append(cells, value{v.v - n.v, v.ok && n.ok}.fmt("%+.3f ms"))
+	}
+	t.row(cells...)
+}
+
+func streamsOf(res results, phase string) int {
+	for _, tg := range targets {
+		if r := res.get(phase, tg.key); r != nil {
+			return r.Streams
+		}
+	}
+	return 0
+}
+
+var proxies = []string{"nginx", "aguard", "aguard-redis", "aguard-ledger"}
+
+var redisUsers = []string{"aguard-redis", "aguard-ledger"}
+
+func write(w io.Writer, res results, meta string, pacedRate, toolsRate float64) {
+	t := table{w, res}
 
 	fmt.Fprintln(w, "# aguard load benchmark")
 	fmt.Fprintln(w)
@@ -154,119 +313,71 @@ func write(w io.Writer, res map[string]*result, meta string, pacedRate float64) 
 		fmt.Fprintln(w, strings.TrimSpace(meta))
 		fmt.Fprintln(w)
 	}
-	row("measure", "direct (no proxy)", "nginx (SSE config)", "aguard (default policy, no Redis)", "aguard / nginx")
-	row("---", "---:", "---:", "---:", "---:")
+	t.header()
 
 	// Unpaced throughput.
-	u := func(t string) *result { return get("unpaced-" + t) }
-	streams := 0
-	if r := u("aguard"); r != nil {
-		streams = r.Streams
-	}
-	tp := func(t string) (float64, bool) {
-		if r := u(t); r != nil {
-			return r.EventsPerSec, true
-		}
-		return 0, false
-	}
-	dv, dok := tp("direct")
-	nv, nok := tp("nginx")
-	av, aok := tp("aguard")
-	row(fmt.Sprintf("throughput, unpaced, %d streams: events/s delivered", streams),
-		f("%.0f", dv, dok), f("%.0f", nv, nok), f("%.0f", av, aok), ratio(av, nv, aok && nok))
-	cpuRow := func(phase, label string) (float64, float64, bool) {
-		nc, _, _, nok := get(phase + "-nginx").proc("proxy")
-		ac, _, _, aok := get(phase + "-aguard").proc("proxy")
-		row(label, dash, f("%.2f", nc, nok), f("%.2f", ac, aok), ratio(ac, nc, aok && nok))
-		return ac, nc, aok && nok
-	}
-	cpuRow("unpaced", "CPU s of the proxy per 1M events, unpaced")
-	simRow := func(phase, label string) {
-		var cells []string
-		for _, t := range targets {
-			v, _, _, ok := get(phase + "-" + t).proc("agentsim")
-			cells = append(cells, f("%.2f", v, ok))
-		}
-		row(append([]string{label}, append(cells, dash)...)...)
-	}
-	simRow("unpaced", "(agentsim CPU s per 1M events, unpaced, for scale)")
-	row(append([]string{"errors, unpaced"}, errorsOf(u("direct")), errorsOf(u("nginx")), errorsOf(u("aguard")), dash)...)
+	t.figures(fmt.Sprintf("throughput, unpaced, %d streams: events/s delivered", streamsOf(res, "unpaced")), "unpaced", "%.0f", eps, nil, true)
+	t.figures("CPU s of the proxy per 1M events, unpaced", "unpaced", "%.2f", procCPU("proxy"), proxies, true)
+	t.figures("(redis-server CPU s per 1M events, unpaced)", "unpaced", "%.2f", procCPU("redis"), redisUsers, false)
+	t.figures("(agentsim CPU s per 1M events, unpaced, for scale)", "unpaced", "%.2f", procCPU("agentsim"), nil, false)
+	t.errors("errors, unpaced", "unpaced")
 
 	// Paced latency.
-	p := func(t string) *result { return get("paced-" + t) }
-	pStreams := 0
-	if r := p("aguard"); r != nil {
-		pStreams = r.Streams
-	}
-	lat := func(t string, q func(r *result) float64) (float64, bool) {
-		r := p(t)
-		if r == nil || r.Latency == nil {
-			return 0, false
-		}
-		return q(r), true
-	}
-	p50 := func(r *result) float64 { return r.Latency.P50 }
-	p99 := func(r *result) float64 { return r.Latency.P99 }
-	p999 := func(r *result) float64 { return r.Latency.P999 }
-	label := fmt.Sprintf("paced, %d streams × %g events/s", pStreams, pacedRate)
-	for _, q := range []struct {
-		name string
-		fn   func(*result) float64
-	}{{"p50", p50}, {"p99", p99}, {"p99.9", p999}} {
-		d, dok := lat("direct", q.fn)
-		n, nok := lat("nginx", q.fn)
-		a, aok := lat("aguard", q.fn)
-		row(label+": "+q.name+" latency agent→consumer, ms", f("%.3f", d, dok), f("%.3f", n, nok), f("%.3f", a, aok), ratio(a, n, aok && nok))
-	}
-	d99, dok := lat("direct", p99)
-	n99, nok := lat("nginx", p99)
-	a99, aok := lat("aguard", p99)
-	row(label+": added p99 (minus direct), ms", dash, f("%.3f", n99-d99, nok && dok), f("%.3f", a99-d99, aok && dok),
-		f("%+.3f ms", a99-n99, aok && nok))
-	delivered := func(t string) (float64, bool) {
-		if r := p(t); r != nil {
-			return r.EventsPerSec, true
-		}
-		return 0, false
-	}
-	dd, ddok := delivered("direct")
-	nd, ndok := delivered("nginx")
-	ad, adok := delivered("aguard")
-	row(fmt.Sprintf("%s: events/s delivered (offered %.0f)", label, float64(pStreams)*pacedRate),
-		f("%.0f", dd, ddok), f("%.0f", nd, ndok), f("%.0f", ad, adok), ratio(ad, nd, adok && ndok))
-	acPaced, ncPaced, cpuOK := cpuRow("paced", "CPU s of the proxy per 1M events, paced")
-	simRow("paced", "(agentsim CPU s per 1M events, paced, for scale)")
-	row(append([]string{"errors, paced"}, errorsOf(p("direct")), errorsOf(p("nginx")), errorsOf(p("aguard")), dash)...)
+	label := fmt.Sprintf("paced, %d streams × %g events/s", streamsOf(res, "paced"), pacedRate)
+	t.figures(label+": p50 latency agent→consumer, ms", "paced", "%.3f", p50, nil, true)
+	t.figures(label+": p99 latency agent→consumer, ms", "paced", "%.3f", p99, nil, true)
+	t.figures(label+": p99.9 latency agent→consumer, ms", "paced", "%.3f", p999, nil, true)
+	t.added(label+": added p99 (minus direct), ms", "paced")
+	t.figures(fmt.Sprintf("%s: events/s delivered (offered %.0f)", label, float64(streamsOf(res, "paced"))*pacedRate), "paced", "%.0f", eps, nil, true)
+	t.figures("CPU s of the proxy per 1M events, paced", "paced", "%.2f", procCPU("proxy"), proxies, true)
+	t.figures("(redis-server CPU s per 1M events, paced)", "paced", "%.2f", procCPU("redis"), redisUsers, false)
+	t.figures("(agentsim CPU s per 1M events, paced, for scale)", "paced", "%.2f", procCPU("agentsim"), nil, false)
+	t.errors("errors, paced", "paced")
 
 	// Idle memory.
-	i := func(t string) *result { return get("idle-" + t) }
-	iStreams := 0
-	if r := i("aguard"); r != nil {
-		iStreams = r.Streams
+	perMiB := func(r *result) (float64, bool) {
+		_, _, v, ok := r.proc("proxy")
+		return v * 1000 / 1024, ok
 	}
-	mem := func(t, name string) (float64, bool) {
-		_, _, v, ok := i(t).proc(name)
-		return v, ok
+	t.figures(fmt.Sprintf("RSS of the proxy per 1,000 idle open streams, MiB (%d opened)", streamsOf(res, "idle")), "idle", "%.1f", perMiB, proxies, true)
+	t.figures("… per idle stream, KiB", "idle", "%.1f", procRSS("proxy"), proxies, true)
+	t.figures("(agentsim RSS per idle stream, KiB, for scale)", "idle", "%.1f", procRSS("agentsim"), []string{"direct"}, false)
+	t.errors("errors, idle", "idle")
+
+	// The tool-call workload.
+	if ts := streamsOf(res, "tools"); ts > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Tool-call workload (frontend calls with their arguments checked by the default policy, left pending at RUN_FINISHED):")
+		fmt.Fprintln(w)
+		t.header()
+		label := fmt.Sprintf("tools, %d streams × %g events/s", ts, toolsRate)
+		t.figures(label+": p50 latency agent→consumer, ms", "tools", "%.3f", p50, nil, true)
+		t.figures(label+": p99 latency agent→consumer, ms", "tools", "%.3f", p99, nil, true)
+		t.figures(label+": p99.9 latency agent→consumer, ms", "tools", "%.3f", p999, nil, true)
+		t.added(label+": added p99 (minus direct), ms", "tools")
+		t.figures(fmt.Sprintf("%s: events/s delivered (offered %.0f)", label, float64(ts)*toolsRate), "tools", "%.0f", eps, nil, true)
+		t.figures("runs completed (RUN_FINISHED received, whole run)", "tools", "%.0f", runs, nil, true)
+		t.figures("CPU s of the proxy per 1M events, tools", "tools", "%.2f", procCPU("proxy"), proxies, true)
+		t.figures("(redis-server CPU s per 1M events, tools)", "tools", "%.2f", procCPU("redis"), redisUsers, false)
+		t.figures("(agentsim CPU s per 1M events, tools, for scale)", "tools", "%.2f", procCPU("agentsim"), nil, false)
+		t.errors("errors, tools", "tools")
 	}
-	nm, nmok := mem("nginx", "proxy")
-	am, amok := mem("aguard", "proxy")
-	row(fmt.Sprintf("RSS of the proxy per 1,000 idle open streams, MiB (%d opened)", iStreams), dash,
-		f("%.1f", nm*1000/1024, nmok), f("%.1f", am*1000/1024, amok), ratio(am, nm, amok && nmok))
-	row("… per idle stream, KiB", dash, f("%.1f", nm, nmok), f("%.1f", am, amok), ratio(am, nm, amok && nmok))
-	sm, smok := mem("direct", "agentsim")
-	row("(agentsim RSS per idle stream, KiB, for scale)", f("%.1f", sm, smok), dash, dash, dash)
-	row(append([]string{"errors, idle"}, errorsOf(i("direct")), errorsOf(i("nginx")), errorsOf(i("aguard")), dash)...)
-	row("aguard with Redis (ledger)", dash, dash, "**not yet measurable (no `--redis` flag)**", dash)
 
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Machine noise before each measurement (1-min load average; CPUs busy over 3 s with the benchmark's processes idle):")
 	fmt.Fprintln(w)
-	row("phase", "direct", "nginx", "aguard")
-	row("---", "---", "---", "---")
-	for _, phase := range []string{"idle", "unpaced", "paced"} {
-		var cells []string
-		for _, t := range targets {
-			r := get(phase + "-" + t)
+	cells := []string{"phase"}
+	align := []string{"---"}
+	for _, tg := range targets {
+		cells = append(cells, tg.key)
+		align = append(align, "---")
+	}
+	t.row(cells...)
+	t.row(align...)
+	for _, phase := range phases {
+		cells := []string{phase}
+		for _, tg := range targets {
+			r := res.get(phase, tg.key)
 			switch {
 			case r == nil:
 				cells = append(cells, dash)
@@ -276,7 +387,7 @@ func write(w io.Writer, res map[string]*result, meta string, pacedRate float64) 
 				cells = append(cells, "load "+r.LoadAvgStart)
 			}
 		}
-		row(append([]string{phase}, cells...)...)
+		t.row(cells...)
 	}
 
 	fmt.Fprintln(w)
@@ -292,16 +403,28 @@ func write(w io.Writer, res map[string]*result, meta string, pacedRate float64) 
 			return "**missed**"
 		}
 	}
-	fmt.Fprintf(w, "- aguard CPU per event ≤ 1.5× nginx on pass-through traffic (paced load): %s — %s\n",
-		ratio(acPaced, ncPaced, cpuOK), met(cpuOK && acPaced <= 1.5*ncPaced, cpuOK))
-	au, _, _, uok1 := get("unpaced-aguard").proc("proxy")
-	nu, _, _, uok2 := get("unpaced-nginx").proc("proxy")
-	fmt.Fprintf(w, "  - at the unpaced load: %s — %s\n", ratio(au, nu, uok1 && uok2), met(uok1 && uok2 && au <= 1.5*nu, uok1 && uok2))
-	fmt.Fprintf(w, "- added p99 latency at the paced load within 1 ms of nginx's: %s — %s\n",
-		f("%+.3f ms", a99-n99, aok && nok), met(aok && nok && a99-n99 <= 1, aok && nok))
-	fmt.Fprintf(w, "- memory per idle stream under 32 KiB: %s — %s\n", f("%.1f KiB", am, amok), met(amok && am < 32, amok))
-	if ddok && pStreams > 0 && dd < 0.9*float64(pStreams)*pacedRate {
-		fmt.Fprintf(w, "\nNote: the direct paced run delivered %.0f events/s of the %.0f offered: this machine could not generate the paced load in full.\n",
-			dd, float64(pStreams)*pacedRate)
+	for _, a := range aguards {
+		fmt.Fprintf(w, "- %s:\n", a.title)
+		ac, nc := res.of("paced", a.key, procCPU("proxy")), res.of("paced", "nginx", procCPU("proxy"))
+		fmt.Fprintf(w, "  - CPU per event ≤ 1.5× nginx on pass-through traffic (paced load): %s — %s\n",
+			ratio(ac, nc), met(ac.v <= 1.5*nc.v, ac.ok && nc.ok))
+		au, nu := res.of("unpaced", a.key, procCPU("proxy")), res.of("unpaced", "nginx", procCPU("proxy"))
+		fmt.Fprintf(w, "    - at the unpaced load: %s — %s\n", ratio(au, nu), met(au.v <= 1.5*nu.v, au.ok && nu.ok))
+		a99, n99 := res.of("paced", a.key, p99), res.of("paced", "nginx", p99)
+		fmt.Fprintf(w, "  - added p99 latency at the paced load within 1 ms of nginx's: %s — %s\n",
+			value{a99.v - n99.v, a99.ok && n99.ok}.fmt("%+.3f ms"), met(a99.v-n99.v <= 1, a99.ok && n99.ok))
+		am := res.of("idle", a.key, procRSS("proxy"))
+		fmt.Fprintf(w, "  - memory per idle stream under 32 KiB: %s — %s\n", am.fmt("%.1f KiB"), met(am.v < 32, am.ok))
+	}
+	for _, c := range []struct {
+		phase string
+		rate  float64
+	}{{"paced", pacedRate}, {"tools", toolsRate}} {
+		d := res.of(c.phase, "direct", eps)
+		offered := float64(streamsOf(res, c.phase)) * c.rate
+		if d.ok && offered > 0 && d.v < 0.9*offered {
+			fmt.Fprintf(w, "\nNote: the direct %s run delivered %.0f events/s of the %.0f offered: this machine could not generate the load in full.\n",
+				c.phase, d.v, offered)
+		}
 	}
 }

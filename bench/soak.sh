@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# bench/soak.sh: a bounded soak of aguard with Redis. STREAMS concurrent
+# streams of runs that each carry tool calls (frontend calls, so every
+# RUN_FINISHED writes its pending calls to Redis), for DURATION seconds.
+# Every INTERVAL seconds it samples aguard's resident memory, goroutines, open
+# streams and ledger queue; at the end it reports errors and whether memory
+# and goroutines came back once the load stopped.
+#
+#   bash bench/soak.sh                          # 10 minutes, 500 streams
+#   DURATION=60 STREAMS=100 bash bench/soak.sh  # a quick one
+#
+# Loopback only; every process it starts is stopped on exit. Needs
+# redis-server (installed with apt-get when missing) and Go.
+set -euo pipefail
+
+DURATION=${DURATION:-600}
+STREAMS=${STREAMS:-500}
+INTERVAL=${INTERVAL:-10}
+RATE=${RATE:-20}   # events per second per stream
+EVENTS=${EVENTS:-200} # events per run: runs end, and new ones start, all the time
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d /tmp/aguard-soak.XXXXXX)
+BIN=$WORK/bin
+SIM_PORT=18511 AGUARD_PORT=18512 ADMIN_PORT=18513 REDIS_PORT=18514
+PIDS=()
+
+log() { printf '%s soak: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "$*"; exit 1; }
+cleanup() {
+	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if ! command -v redis-server >/dev/null 2>&1; then
+	log "installing redis-server"
+	DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+fi
+mkdir -p "$BIN"
+log "building aguard and the bench tools"
+(cd "$ROOT" && go build -o "$BIN/aguard" ./cmd/aguard && go build -o "$BIN/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
+
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$WORK" >"$WORK/redis.log" 2>&1 &
+PIDS+=($!)
+"$BIN/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
+PIDS+=($!)
+"$BIN/aguard" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$AGUARD_PORT" \
+	--admin-listen "127.0.0.1:$ADMIN_PORT" --redis "redis://127.0.0.1:$REDIS_PORT/0" --log-format json >"$WORK/aguard.log" 2>&1 &
+AGUARD_PID=$!
+PIDS+=("$AGUARD_PID")
+for port in "$REDIS_PORT" "$SIM_PORT" "$AGUARD_PORT" "$ADMIN_PORT"; do
+	for i in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+		((i < 100)) || die "nothing listens on 127.0.0.1:$port (see $WORK/*.log)"
+		sleep 0.1
+	done
+done
+
+# metric NAME: a value from aguard's /metrics (first sample of that name).
+metric() {
+	local body
+	exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"
+	printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+	body=$(cat <&3)
+	exec 3<&-
+	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {print $2; exit}' <<<"$body"
+}
+rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$AGUARD_PID/status"; }
+sample() {
+	printf '| %6s | %8s | %10s | %12s | %11s |\n' "$1" "$(( $(rss_kib) / 1024 ))" "$(metric go_goroutines)" \
+		"$(metric aguard_streams_open)" "$(metric aguard_state_queue_depth)"
+}
+
+BASE_GOROUTINES=$(metric go_goroutines)
+BASE_RSS=$(rss_kib)
+log "$STREAMS streams × $RATE events/s, $EVENTS events and 2 frontend tool calls (1 KiB arguments) per run, for ${DURATION}s"
+"$BIN/loadgen" -json -label soak -url "http://127.0.0.1:$AGUARD_PORT/agent?events=$EVENTS&rate=$RATE&tools=2&args=1024&frontend=true" \
+	-streams "$STREAMS" -ramp 5s -warmup 5s -duration "${DURATION}s" -watch "proxy=$AGUARD_PID" >"$WORK/loadgen.json" &
+LOADGEN_PID=$!
+PIDS+=("$LOADGEN_PID")
+
+echo "| t (s) | RSS (MiB) | goroutines | streams open | ledger queue |"
+echo "|---:|---:|---:|---:|---:|"
+sample 0
+start=$(date +%s)
+while kill -0 "$LOADGEN_PID" 2>/dev/null; do
+	sleep "$INTERVAL"
+	kill -0 "$LOADGEN_PID" 2>/dev/null || break
+	sample $(( $(date +%s) - start ))
+done
+wait "$LOADGEN_PID" || die "loadgen failed: $(cat "$WORK/loadgen.json")"
+sleep 5
+sample "after"
+
+END_GOROUTINES=$(metric go_goroutines)
+echo
+echo "loadgen: $(tr -d '\n' <"$WORK/loadgen.json" | head -c 2000)"
+echo
+echo "- streams finished with errors: $(awk -F'"errors":' 'NF>1{split($2,a,/[,}]/); print a[1]; exit}' "$WORK/loadgen.json")"
+echo "- goroutines before/after the load: $BASE_GOROUTINES / $END_GOROUTINES"
+echo "- RSS before/after the load: $(( BASE_RSS / 1024 )) / $(( $(rss_kib) / 1024 )) MiB"
+echo "- protocol violations, upstream errors: $(metric 'aguard_stream_notes_total{kind="violation"}' || true) / $(metric aguard_upstream_errors_total || true)"
+if (( END_GOROUTINES > BASE_GOROUTINES + 10 )); then
+	die "goroutines did not come back after the load: $BASE_GOROUTINES before, $END_GOROUTINES after"
+fi
+log "done"
