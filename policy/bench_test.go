@@ -125,7 +125,7 @@ func BenchmarkInputValue(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(in.Call.Arguments)))
 			for b.Loop() {
-				if _, err := in.astValue(); err != nil {
+				if _, err := in.astValue(true, true); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -101,6 +101,10 @@ type Engine struct {
 type prepared struct {
 	query    rego.PreparedEvalQuery
 	revision string
+	// readsArgs and readsParams: whether the policy may read
+	// input.call.arguments and input.tool.parameters; when it cannot,
+	// the input leaves them null and is cheap to build (see reads).
+	readsArgs, readsParams bool
 }
 
 // New loads, compiles and prepares the policy set of opt.Dir (or the
@@ -156,7 +160,8 @@ func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error)
 	if err != nil {
 		return nil, err
 	}
-	return &prepared{query: pq, revision: rev}, nil
+	return &prepared{query: pq, revision: rev,
+		readsArgs: reads(c, "call", "arguments"), readsParams: reads(c, "tool", "parameters")}, nil
 }
 
 // Decide evaluates data.aguard.decision for in. It never fails: when the
@@ -180,7 +185,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if in == nil {
 		return failClosed(d, "policy input is missing", errors.New("policy: nil input"))
 	}
-	v, err := in.astValue()
+	v, err := in.astValue(p.readsArgs, p.readsParams)
 	if err != nil {
 		return failClosed(d, "policy input is invalid",
 			fmt.Errorf("policy: build input for call %q (tool %q): %w", in.Call.ID, in.Call.Name, err))

@@ -250,8 +250,10 @@ decision := {"action": "deny", "reason": "never"} if {
 			wantIs: context.Canceled,
 		},
 		{
-			name:  "arguments that are not JSON",
-			files: constPolicy(`{"action": "allow"}`),
+			name: "arguments that are not JSON, read by the policy",
+			files: map[string]string{"policy.rego": `package aguard
+default decision := {"action": "allow"}
+decision := {"action": "deny", "reason": "x"} if input.call.arguments.a == 1`},
 			in: func() *Input {
 				in := frontendCall()
 				in.Call.Arguments = json.RawMessage(`{"a": NaN}`)

@@ -38,7 +38,9 @@ type CallInput struct {
 	Name string `json:"name"`
 	// Arguments is the parsed argument document, as JSON; nil when the
 	// argument text is not JSON (the policy sees null). It must be valid JSON
-	// when set: Decide denies a call whose Arguments do not parse.
+	// when set: Decide denies a call whose Arguments do not parse, when the
+	// policy reads them; a policy that never refers to input.call.arguments
+	// gets null and they are not converted at all.
 	Arguments json.RawMessage `json:"arguments"`
 	// ArgumentsText is the concatenated argument text as streamed.
 	ArgumentsText string `json:"argumentsText"`
@@ -110,14 +112,21 @@ type RequestInfo struct {
 // is called once per decision; the argument and parameter documents are
 // decoded straight from their JSON into AST terms, without an intermediate
 // map[string]any or a JSON round trip.
-func (in *Input) astValue() (ast.Value, error) {
-	args, err := rawJSONTerm(in.Call.Arguments)
-	if err != nil {
-		return nil, fmt.Errorf("call.arguments: %w", err)
+//
+// Arguments and parameters are converted only when withArgs and withParams
+// say the policy may read them; otherwise they are null.
+func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
+	args, params := ast.NullTerm(), ast.NullTerm()
+	var err error
+	if withArgs {
+		if args, err = rawJSONTerm(in.Call.Arguments); err != nil {
+			return nil, fmt.Errorf("call.arguments: %w", err)
+		}
 	}
-	params, err := rawJSONTerm(in.Tool.Parameters)
-	if err != nil {
-		return nil, fmt.Errorf("tool.parameters: %w", err)
+	if withParams {
+		if params, err = rawJSONTerm(in.Tool.Parameters); err != nil {
+			return nil, fmt.Errorf("tool.parameters: %w", err)
+		}
 	}
 	argsErr := ast.NullTerm()
 	if in.Call.ArgumentsError != nil {

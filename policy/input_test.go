@@ -33,7 +33,7 @@ func TestInputValueMatchesItsJSON(t *testing.T) {
 	in.Run.Route = "default"
 	in.Request.Headers = map[string]string{"x-user-role": "admin", "accept": "text/event-stream"}
 
-	got, err := in.astValue()
+	got, err := in.astValue(true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestInputValueNormalises(t *testing.T) {
 		Phase:   "run_finished",
 		Request: RequestInfo{Headers: map[string]string{"X-User-Role": "admin"}},
 	}
-	got, err := in.astValue()
+	got, err := in.astValue(true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
