@@ -209,9 +209,9 @@ done
 	--redis "redis://127.0.0.1:$REDIS_PORT/0" >"$WORK/aguard-redis.log" 2>&1 &
 AGUARD_REDIS_PID=$!
 PIDS+=("$AGUARD_REDIS_PID")
-# aguard serve does not (yet) pass its state store to the proxy, so its data
-# plane keeps no ledger even with --redis. aguardprof -redis is the same data
-# plane with the ledger wired (proxy.Options.State), on the same Redis (db 1).
+# aguardprof -redis is the same data plane built in-process with the ledger
+# (proxy.Options.State) on the same Redis (db 1): a cross-check of the
+# serve --redis column, and the process profile.sh profiles.
 "$BIN/aguardprof" -upstream "http://127.0.0.1:$SIM_PORT" -listen "127.0.0.1:$LEDGER_PORT" \
 	-redis "redis://127.0.0.1:$REDIS_PORT/1" -log "$WORK/ledger.log" >"$WORK/ledger.stderr" 2>&1 &
 LEDGER_PID=$!
@@ -308,7 +308,7 @@ fi
 	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up; idle: $IDLE_STREAMS streams"
 	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up"
 	echo "- aguard + Redis: a second \`aguard serve\` with \`--redis redis://127.0.0.1:$REDIS_PORT/0\`, $("$REDIS" --version | cut -d' ' -f1-3) on loopback, \`--save '' --appendonly no\`"
-	echo "- aguard + Redis ledger wired: \`bench/cmd/aguardprof -redis redis://127.0.0.1:$REDIS_PORT/1\` — the same data plane with the state store passed to proxy.New as \`State\`, which \`aguard serve\` does not do (so its --redis column keeps no ledger on the stream path)"
+	echo "- aguard + Redis ledger wired: \`bench/cmd/aguardprof -redis redis://127.0.0.1:$REDIS_PORT/1\` — the same data plane built in-process with the ledger in Redis, a cross-check of the serve --redis column"
 	if [[ -s $RES/redis-commandstats.txt ]]; then
 		echo "- Redis commands over the whole run (both aguards): $(grep -o '^cmdstat_[a-z]*:calls=[0-9]*' "$RES/redis-commandstats.txt" | sed 's/^cmdstat_//; s/:calls=/ /' | tr '\n' ',' | sed 's/,$//; s/,/, /g')"
 	fi

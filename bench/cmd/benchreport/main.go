@@ -8,8 +8,7 @@
 // The directory holds <phase>-<target>.json for the phases idle, unpaced,
 // paced and tools and the targets direct, nginx, aguard, aguard-redis and
 // aguard-ledger; a missing file shows as "—". aguard-ledger is aguardprof
-// -redis: the data plane with the ledger wired in, which aguard serve does
-// not do yet.
+// -redis: the same data plane built in-process with the ledger in Redis.
 package main
 
 import (
