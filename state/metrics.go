@@ -3,6 +3,7 @@ package state
 import (
 	"fmt"
 
+	"github.com/aguard/aguard/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -60,13 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return m, nil
 	}
 	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses}
-	for i, c := range all {
-		if err := reg.Register(c); err != nil {
-			for _, done := range all[:i] {
-				reg.Unregister(done)
-			}
-			return nil, fmt.Errorf("state: register metrics: %w", err)
-		}
+	if err := promreg.All(reg, all...); err != nil {
+		return nil, fmt.Errorf("state: register metrics: %w", err)
 	}
 	return m, nil
 }
