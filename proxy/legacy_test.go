@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/internal/interop"
+	"github.com/aguard/aguard/policy"
 )
 
 // agent10 is a 1.0 agent run full of material a 0.x client cannot read: a
@@ -122,5 +123,54 @@ func TestLegacyUpstreamGetsFlattenedInput(t *testing.T) {
 	}
 	if !strings.Contains(sent, `"forwardedProps":{"keep":[1,{"b":2}]}`) {
 		t.Errorf("forwardedProps changed: %s", sent)
+	}
+}
+
+// TestLegacyClientAcceptsPolicySignals pins that aguard's own events (a
+// denial with its declining TOOL_CALL_RESULT, an approval request) are ones
+// the 0.x client accepts too.
+func TestLegacyClientAcceptsPolicySignals(t *testing.T) {
+	dir := t.TempDir()
+	writePolicy(t, dir, `package aguard
+default decision := {"action": "allow"}
+decision := {"action": "deny", "reason": "no"} if input.call.name == "confirm_order"
+decision := {"action": "require_approval", "reason": "review"} if input.call.name == "transfer"
+`)
+	engine, err := policy.New(context.Background(), policy.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []string{
+		`{"type":"RUN_STARTED","threadId":"thread-l","runId":"run-l"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"c-deny","toolCallName":"confirm_order"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"c-deny"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"c-pay","toolCallName":"transfer"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"c-pay"}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-l","runId":"run-l"}`,
+	}
+	var body strings.Builder
+	for _, e := range events {
+		body.WriteString(frame(e))
+	}
+	h := newHarness(t, sseAgent(body.String()), func(o *Options) { o.Policy = engine })
+	input := `{"threadId":"thread-l","runId":"run-l","messages":[],"tools":[` +
+		`{"name":"confirm_order","description":"ask","parameters":{"type":"object"}},{"name":"transfer","description":"pay","parameters":{"type":"object"}}],"context":[],"state":{},"forwardedProps":{}}`
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := interop.Run(ctx, interop.Request{Mode: interop.ModeLive, Client: interop.Client0058, URL: h.url + "/agent", Input: json.RawMessage(input)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Accepted {
+		t.Fatalf("the 0.0.58 client rejected aguard's policy signals: %s\nevents: %v", res.Error, res.EventTypes())
+	}
+	joined := ""
+	for _, e := range res.Events {
+		joined += string(e)
+	}
+	for _, want := range []string{"aguard.tool_call_denied", "aguard-declined-c-deny", "aguard.approval_required"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the legacy client did not get %s", want)
+		}
 	}
 }
