@@ -35,3 +35,37 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestArgumentMemoryIsBounded pins the argument budgets: past 1 MiB for a
+// call, or 16 MiB for the run, arguments are not kept and the Decider is told
+// they were truncated.
+func TestArgumentMemoryIsBounded(t *testing.T) {
+	d := &byName{verdicts: map[string]string{}}
+	s := NewStream(nil, Options{Decider: d})
+	var b Batch
+	s.Feed([]byte(runStarted), &b)
+	chunk := strings.Repeat("x", 256<<10)
+	for i := range 20 { // 20 calls of 1 MiB: the run budget runs out at the 17th
+		id := fmt.Sprintf("c%d", i)
+		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":%q,"toolCallName":"t"}`, id), &b)
+		for range 4 {
+			s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":%q}`, id, chunk), &b)
+		}
+		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":"y"}`, id), &b)
+		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":%q}`, id), &b)
+	}
+	if len(d.asked) != 20 {
+		t.Fatalf("asked %d times", len(d.asked))
+	}
+	for i, c := range d.asked {
+		if !c.ArgumentsTruncated {
+			t.Fatalf("call %d over 1 MiB not marked truncated", i)
+		}
+		if len(c.Arguments) > 1<<20 {
+			t.Fatalf("call %d kept %d bytes", i, len(c.Arguments))
+		}
+	}
+	if kept := len(d.asked[19].Arguments); kept != 0 {
+		t.Fatalf("the 20th call kept %d bytes after the run budget ran out", kept)
+	}
+}

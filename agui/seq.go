@@ -84,8 +84,14 @@ type call struct {
 	reopened bool
 }
 
-// maxArgBytes caps the argument text kept per call (memory bound).
-const maxArgBytes = 1 << 20
+// maxArgBytes caps the argument text kept per call, and maxRunArgBytes all
+// the argument text kept in one run (memory bounds). Text past either is not
+// kept and the call's arguments count as truncated (a Decider sees
+// ArgumentsTruncated; the proxy denies such a call).
+const (
+	maxArgBytes    = 1 << 20
+	maxRunArgBytes = 16 << 20
+)
 
 // stepKey names an open step: steps are tracked per owner (digest §1.2).
 type stepKey struct {
@@ -113,6 +119,8 @@ type runState struct {
 	// being processed, for the Decider; startedNow those it started.
 	ended      []*call
 	startedNow []*call
+	// argBytes is the argument text kept in this run.
+	argBytes int
 	// runID is the current run's id (RUN_STARTED.runId).
 	runID string
 }
@@ -145,6 +153,7 @@ func (r *runState) reset() {
 	r.seq = 0
 	r.ended = r.ended[:0]
 	r.startedNow = r.startedNow[:0]
+	r.argBytes = 0
 }
 
 func (r *runState) next() int { r.seq++; return r.seq }
@@ -272,10 +281,11 @@ func (r *runState) toolCont(typ string, id, delta []byte, t tag, end bool) *viol
 		return nil
 	}
 	if !c.argsCut {
-		if len(c.args)+len(delta) > maxArgBytes {
+		if len(c.args)+len(delta) > maxArgBytes || r.argBytes+len(delta) > maxRunArgBytes {
 			c.argsCut = true
 		} else {
 			c.args = append(c.args, delta...)
+			r.argBytes += len(delta)
 		}
 	}
 	return nil
