@@ -12,7 +12,7 @@ func (s *Stream) decideEnded(b *Batch, typ string) {
 	s.run.ended = s.run.ended[:0]
 	for _, c := range ended {
 		b.Calls = append(b.Calls, CallEvent{Kind: CallArgumentsComplete, ID: c.id, Name: c.name,
-			Frontend: s.in.isFrontend([]byte(c.name)), Arguments: c.args})
+			Frontend: s.in.isFrontendName(c.name), Arguments: c.args})
 	}
 	if s.opts.Decider == nil || typ == tRunError {
 		return // a run that errored has nothing left to decide
@@ -35,7 +35,7 @@ func (s *Stream) decideUnadvertised(b *Batch) {
 		return
 	}
 	for _, c := range s.run.order {
-		if _, ok := s.answered[c.id]; ok || s.in.isFrontend([]byte(c.name)) {
+		if _, ok := s.answered[c.id]; ok || s.in.isFrontendName(c.name) {
 			continue
 		}
 		s.decide(b, c, PhaseRunFinished)
@@ -46,7 +46,7 @@ func (s *Stream) decideUnadvertised(b *Batch) {
 }
 
 func (s *Stream) decide(b *Batch, c *call, phase string) {
-	frontend := s.in.isFrontend([]byte(c.name))
+	frontend := s.in.isFrontendName(c.name)
 	v := s.opts.Decider.Decide(&Call{
 		Phase: phase, ID: c.id, Name: c.name,
 		Arguments: c.args, ArgumentsTruncated: c.argsCut,

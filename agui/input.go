@@ -167,6 +167,15 @@ func (in *RunInput) isFrontend(name []byte) bool {
 	return ok
 }
 
+// isFrontendName is isFrontend for a string.
+func (in *RunInput) isFrontendName(name string) bool {
+	if in == nil {
+		return false
+	}
+	_, ok := in.tools[name]
+	return ok
+}
+
 // consumerAnswered reports whether the input carries a tool message for id.
 func (in *RunInput) consumerAnswered(id []byte) bool {
 	if in == nil {

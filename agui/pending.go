@@ -52,9 +52,11 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 		s.answered[string(id)] = struct{}{}
 	}
 	if !e.drop {
-		name := ""
+		sid, name := "", ""
 		if c := s.run.calls[string(id)]; c != nil {
-			name = c.name
+			sid, name = c.id, c.name // the call's own strings: no copy
+		} else {
+			sid = string(id)
 		}
 		var content []byte
 		if cv := e.v.Get("content"); cv != nil {
@@ -63,7 +65,7 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 		}
 		// Reported after the calls this result's lane closing completed
 		// (Feed), in the order the consumer sees them.
-		s.answer = CallEvent{Kind: CallAnswered, ID: string(id), Name: name,
+		s.answer = CallEvent{Kind: CallAnswered, ID: sid, Name: name,
 			Frontend: s.isFrontendCall(id), Content: content}
 		s.hasAnswer = true
 	}

@@ -160,7 +160,7 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		e.drop = true
 	}
 	for _, c := range s.run.startedNow {
-		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontend([]byte(c.name))})
+		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name)})
 	}
 	// Calls whose chunk stream this event closed: the consumer synthesises
 	// their END just before this event, so what the verdict calls for comes
