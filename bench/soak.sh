@@ -67,6 +67,15 @@ metric() {
 	exec 3<&-
 	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {print $2; exit}' <<<"$body"
 }
+# metric_sum NAME: the sum of every sample of NAME (labelled or not); 0 if none.
+metric_sum() {
+	local body
+	exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"
+	printf 'GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+	body=$(cat <&3)
+	exec 3<&-
+	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {print s + 0}' <<<"$body"
+}
 rss_kib() { awk '/^VmRSS:/{print $2}' "/proc/$AGUARD_PID/status"; }
 sample() {
 	printf '| %6s | %8s | %10s | %12s | %11s |\n' "$1" "$(( $(rss_kib) / 1024 ))" "$(metric go_goroutines)" \
@@ -98,10 +107,10 @@ END_GOROUTINES=$(metric go_goroutines)
 echo
 echo "loadgen: $(tr -d '\n' <"$WORK/loadgen.json" | head -c 2000)"
 echo
-echo "- streams finished with errors: $(awk -F'"errors":' 'NF>1{split($2,a,/[,}]/); print a[1]; exit}' "$WORK/loadgen.json")"
+echo "- loadgen errors: $(tr -d '\n ' <"$WORK/loadgen.json" | grep -o '"errors":{[^}]*}')"
 echo "- goroutines before/after the load: $BASE_GOROUTINES / $END_GOROUTINES"
 echo "- RSS before/after the load: $(( BASE_RSS / 1024 )) / $(( $(rss_kib) / 1024 )) MiB"
-echo "- protocol violations, upstream errors: $(metric 'aguard_stream_notes_total{kind="violation"}' || true) / $(metric aguard_upstream_errors_total || true)"
+echo "- protocol violations, upstream errors, ledger writes queued or dropped: $(metric_sum 'aguard_stream_notes_total{kind="violation"}') / $(metric_sum aguard_upstream_errors_total) / $(metric_sum 'aguard_state_writes_total{result="queued"}') / $(metric_sum aguard_state_queue_dropped_total)"
 if (( END_GOROUTINES > BASE_GOROUTINES + 10 )); then
 	die "goroutines did not come back after the load: $BASE_GOROUTINES before, $END_GOROUTINES after"
 fi
