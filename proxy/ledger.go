@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -92,13 +90,11 @@ func (l *ledger) apply(ctx context.Context, ev *agui.CallEvent, now time.Time) *
 	}
 	switch ev.Kind {
 	case agui.CallArgumentsComplete:
+		// The store keeps argumentsJson only when the text is a JSON object
+		// and fills argumentsDigest from the text (state.ToolCall).
 		c.ArgumentsText = string(ev.Arguments)
-		c.ArgumentsJSON = nil
-		if isJSONObject(ev.Arguments) {
-			c.ArgumentsJSON = json.RawMessage(append([]byte(nil), ev.Arguments...))
-		}
-		sum := sha256.Sum256(ev.Arguments)
-		c.ArgumentsDigest = hex.EncodeToString(sum[:])
+		c.ArgumentsJSON = json.RawMessage(c.ArgumentsText)
+		c.ArgumentsDigest = ""
 		if !c.IsClientTool {
 			c.Status = state.StatusExecuting // the agent runs its own tools
 		}
@@ -199,11 +195,6 @@ func (l *ledger) put(ctx context.Context, c *state.ToolCall) {
 	if err := l.store.PutCall(ctx, c); err != nil {
 		l.log.Error("could not record tool call", "toolCallId", c.ID, "err", err)
 	}
-}
-
-func isJSONObject(b []byte) bool {
-	var m map[string]json.RawMessage
-	return json.Unmarshal(b, &m) == nil
 }
 
 // resultJSON maps a result's content onto seed 003's resultJson, which is an

@@ -154,7 +154,8 @@ func TestPendingCallsEnforcedAcrossReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rec.Status != state.StatusCompleted || rec.ThreadID != "thread-x" || !rec.IsClientTool ||
-		string(rec.ResultJSON) != `{"content":"confirmed"}` || rec.ArgumentsDigest == "" || rec.ExecutionDuration == "" {
+		string(rec.ResultJSON) != `{"content":"confirmed"}` || rec.ArgumentsDigest == "" || rec.ExecutionDuration == "" ||
+		string(rec.ArgumentsJSON) != `{"orderId":"A"}` || rec.ArgumentsText != `{"orderId":"A"}` {
 		t.Fatalf("record = %+v", rec)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -464,18 +465,10 @@ func copyResponseHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHea
 	for k, v := range hdr.All() {
 		dst.AddBytesKV(k, v)
 	}
-	if ct := hdr.ContentType(); len(ct) > 0 && !slicesContainsFold(skip, "Content-Type") {
+	skipsType := slices.ContainsFunc(skip, func(name string) bool { return strings.EqualFold(name, "Content-Type") })
+	if ct := hdr.ContentType(); len(ct) > 0 && !skipsType {
 		dst.SetContentTypeBytes(ct)
 	}
-}
-
-func slicesContainsFold(list []string, s string) bool {
-	for _, v := range list {
-		if strings.EqualFold(v, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // passThrough sends the agent's answer to the consumer unchanged: status,

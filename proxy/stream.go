@@ -50,6 +50,9 @@ type stream struct {
 	start time.Time
 	head  []byte // the response head, written first
 	chunk bool   // HTTP/1.1: chunked framing; HTTP/1.0: the body runs to close
+	// flushInRead: the upstream connection has no read hook, so the body
+	// reader flushes before each read instead (set by pump).
+	flushInRead bool
 
 	// Upstream side, guarded by umu: once the pump releases the response,
 	// nothing may touch it.
@@ -189,6 +192,8 @@ func (s *stream) pump() string {
 	if c := connOf(s.resp); c != nil {
 		c.beforeRead = s.flushForRead
 		defer func() { c.beforeRead = nil }()
+	} else {
+		s.flushInRead = true
 	}
 	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
 		if err != nil {
@@ -353,7 +358,7 @@ type upstreamReader struct{ s *stream }
 
 func (u upstreamReader) Read(b []byte) (int, error) {
 	s := u.s
-	if connOf(s.resp) == nil {
+	if s.flushInRead {
 		if err := s.flushForRead(); err != nil {
 			return 0, err
 		}
