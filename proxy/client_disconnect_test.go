@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,31 +14,49 @@ import (
 // TestClientDisconnectCancelsUpstream pins that a consumer leaving a silent
 // stream cancels the agent's request promptly: the agent sends nothing after
 // the first event, so only watching the consumer's connection can notice.
+// Both watchers are pinned: the shared epoll set (Linux) and the goroutine
+// per stream (other platforms, or a connection without a descriptor).
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
-	cancelled := make(chan time.Time, 1)
-	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-		cancelled <- time.Now()
-	}, func(o *Options) { o.Heartbeat = time.Hour })
-	ctx, cancel := context.WithCancel(context.Background())
-	resp := h.post(t, ctx, "/agent", runInput("t", "r"))
-	f := &frames{r: bufio.NewReader(resp.Body)}
-	if _, err := f.next(); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name      string
+		perStream bool
+	}{
+		{"shared watcher", false},
+		{"goroutine per stream", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cancelled := make(chan time.Time, 1)
+			h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "text/event-stream")
+				io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+				cancelled <- time.Now()
+			}, func(o *Options) { o.Heartbeat = time.Hour })
+			if tc.perStream {
+				h.p.hangupsTried = true // as if the shared watcher could not start
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			resp := h.post(t, ctx, "/agent", runInput("t", "r"))
+			f := &frames{r: bufio.NewReader(resp.Body)}
+			if _, err := f.next(); err != nil {
+				t.Fatal(err)
+			}
+			if shared := h.p.hangupSet() != nil; shared == tc.perStream && runtime.GOOS == "linux" {
+				t.Fatalf("shared watcher running = %v, want %v", shared, !tc.perStream)
+			}
+			left := time.Now()
+			cancel()
+			resp.Body.Close()
+			select {
+			case at := <-cancelled:
+				t.Logf("agent saw the cancellation %s after the consumer left", at.Sub(left))
+			case <-time.After(5 * time.Second):
+				t.Fatal("the agent's request was not cancelled after the consumer left")
+			}
+			waitFor(t, "the stream to be released", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
+		})
 	}
-	left := time.Now()
-	cancel()
-	resp.Body.Close()
-	select {
-	case at := <-cancelled:
-		t.Logf("agent saw the cancellation %s after the consumer left", at.Sub(left))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the agent's request was not cancelled after the consumer left")
-	}
-	waitFor(t, "the stream to be released", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
 }
 
 // TestHeartbeatInSilence pins the ": ping" comment while the agent is silent.

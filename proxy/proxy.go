@@ -121,6 +121,11 @@ type Proxy struct {
 	active  int                  // streams and requests in flight
 	streams map[*stream]struct{} // streams running
 	aborted bool                 // the drain timeout has run out
+	closed  bool
+	// hangups watches the consumers of running streams (see hangup.go);
+	// started with the first stream.
+	hangups      *hangups
+	hangupsTried bool
 }
 
 // New checks opt and builds a Proxy.
@@ -189,8 +194,11 @@ func New(opt Options) (*Proxy, error) {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
-		Name:                  "aguard",
-		Logger:                fasthttpLogger{opt.Logger},
+		// A stream's connection is served outside fasthttp once hijacked
+		// (see startStream), which closes it.
+		KeepHijackedConns: true,
+		Name:              "aguard",
+		Logger:            fasthttpLogger{opt.Logger},
 	}
 	return p, nil
 }
@@ -243,6 +251,14 @@ func (p *Proxy) Close() error {
 	err := p.server.Shutdown()
 	for _, u := range p.upstreams {
 		u.client.CloseIdleConnections()
+	}
+	p.mu.Lock()
+	p.closed = true
+	h := p.hangups
+	p.hangups = nil
+	p.mu.Unlock()
+	if h != nil {
+		h.close()
 	}
 	return err
 }

@@ -116,11 +116,24 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	}
 	p.m.streamsOpen.Inc()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(s.run)
+	ctx.Hijack(func(c net.Conn) {
+		// fasthttp's hijacked connection reads through the server's request
+		// buffer (8 KiB) and holds it, and the RequestCtx, until this
+		// function returns. The stream runs on the bare connection instead,
+		// in a goroutine of its own, so both go back to the server at once
+		// (the Server keeps hijacked connections open: KeepHijackedConns).
+		// Nothing buffered is lost: an SSE consumer sends nothing after its
+		// request, and the connection is closed when the stream ends.
+		if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
+			c = u.UnsafeConn()
+		}
+		go s.run(c)
+	})
 }
 
 // run serves the stream on the hijacked connection, in its own goroutine,
-// after the handler has returned; it must not touch the RequestCtx.
+// after the handler has returned; it must not touch the RequestCtx. It
+// closes the connection when the stream is over.
 func (s *stream) run(c net.Conn) {
 	p := s.p
 	defer p.leave()
@@ -136,16 +149,11 @@ func (s *stream) run(c net.Conn) {
 	s.lastRead.Store(now.UnixNano())
 	c.SetWriteDeadline(now.Add(stalledConsumer))
 	end := "consumer_gone"
-	watching := make(chan struct{})
+	stopWatch := func() {}
 	if _, err := c.Write(s.head); err == nil {
 		s.timer = time.AfterFunc(p.opt.Heartbeat, s.tick)
-		go func() {
-			defer close(watching)
-			watchConsumer(c, s)
-		}()
+		stopWatch = p.watchConsumer(c, s)
 		end = s.pump()
-	} else {
-		close(watching)
 	}
 
 	s.wmu.Lock()
@@ -161,9 +169,8 @@ func (s *stream) run(c net.Conn) {
 	s.umu.Lock()
 	s.released = true
 	s.umu.Unlock()
-	// fasthttp reuses c once run returns: the watcher must be done with it.
-	c.SetReadDeadline(time.Now())
-	<-watching
+	stopWatch()
+	c.Close()
 	if end != "completed" {
 		// Closing the body closes the upstream connection: the agent sees
 		// its request cancelled.
@@ -379,21 +386,5 @@ func (s *stream) note(notes []agui.Note) {
 			level = slog.LevelWarn
 		}
 		s.log.Log(context.Background(), level, n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID)
-	}
-}
-
-// watchConsumer interrupts s when the consumer's connection is closed. An
-// SSE consumer sends nothing after its request, so a read returns only when
-// the peer has gone, or when run, done with the stream, sets a past read
-// deadline to stop the watch (then s is released and interrupt is a no-op).
-// Without it, a consumer leaving a silent stream would be noticed only by a
-// later failed write.
-func watchConsumer(conn net.Conn, s *stream) {
-	var buf [1]byte
-	for {
-		if _, err := conn.Read(buf[:]); err != nil {
-			s.interrupt(errConsumerGone)
-			return
-		}
 	}
 }
