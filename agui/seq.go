@@ -360,10 +360,16 @@ func (r *runState) stepStarted(name []byte, t tag) *violation {
 func (r *runState) stepFinished(name []byte, t tag) *violation {
 	k := stepKey{own: t.owner(), name: string(name)}
 	if _, ok := r.steps[k]; !ok {
-		for o := range r.steps {
-			if o.name == k.name {
-				return viol("step_owner_mismatch", string(name), "STEP_FINISHED for step "+q(name)+" attributed to "+k.own.String()+", but that step is open under "+o.own.String())
+		// Name the owner that opened the step first: the same input always
+		// gets the same message.
+		var first *stepKey
+		for o, seq := range r.steps {
+			if o.name == k.name && (first == nil || seq < r.steps[*first]) {
+				first = &o
 			}
+		}
+		if first != nil {
+			return viol("step_owner_mismatch", string(name), "STEP_FINISHED for step "+q(name)+" attributed to "+k.own.String()+", but that step is open under "+first.own.String())
 		}
 		return viol("step_not_active", string(name), "STEP_FINISHED for step "+q(name)+", which was not started")
 	}
