@@ -3,6 +3,7 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -41,6 +42,14 @@ var genTemplates = []string{
 	`{"type":"CUSTOM","name":"n","value":null%t}`,
 	`{"type":"VENDOR_X"}`,
 	` { "type" : "STATE_SNAPSHOT" , "snapshot" : { } } `,
+	// Shapes at the edge of the TEXT_MESSAGE_CONTENT fast path (fast.go).
+	`{"messageId":"%i","delta":"d\n\u00e9\"","type":"TEXT_MESSAGE_CONTENT"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"\u0061","delta":"d"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d","delta":"e"}`,
+	`{"\u0074ype":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d","timestamp":1}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d" }`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":1}`,
 }
 
 // generate turns fuzz bytes into a plausible event sequence: each pair of
@@ -64,8 +73,9 @@ func generate(data []byte) [][]byte {
 }
 
 // checkRun feeds events through an enforcing Stream and checks the output
-// invariants.
+// invariants, and that the fast path changes nothing (sameAsSlowPath).
 func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
+	sameAsSlowPath(t, in, events, opts)
 	s := NewStream(in, opts)
 	var b Batch
 	var outs [][]byte
@@ -141,6 +151,7 @@ func FuzzStream(f *testing.F) {
 		checkRun(t, in, bytes.Split(data, []byte("\n")), Options{})
 		checkRun(t, in, generate(data), Options{})
 		checkRun(t, in, generate(data), Options{Decider: fuzzDecider{}})
+		sameAsSlowPath(t, in, generate(data), Options{Monitor: true})
 		// Monitor mode never ends the stream on its own and never panics.
 		s := NewStream(in, Options{Monitor: true})
 		var b Batch
@@ -205,4 +216,47 @@ func FuzzParseRunInput(f *testing.F) {
 			}
 		}
 	})
+}
+
+// sameAsSlowPath feeds events through two Streams, one with the fast path
+// (fast.go) and one without, and fails unless every step's batch is the
+// same.
+func sameAsSlowPath(t *testing.T, in *RunInput, events [][]byte, opts Options) {
+	t.Helper()
+	fast, slow := NewStream(in, opts), NewStream(in, opts)
+	slow.slow = true
+	var fb, sb Batch
+	for i, e := range events {
+		fast.Feed(e, &fb)
+		slow.Feed(e, &sb)
+		if d := batchDiff(&fb, &sb); d != "" {
+			t.Fatalf("event %d %q: fast path differs: %s\nevents:\n%s", i, e, d, bytes.Join(events, []byte("\n")))
+		}
+		if fb.Done {
+			return
+		}
+	}
+	fast.End(nil, &fb)
+	slow.End(nil, &sb)
+	if d := batchDiff(&fb, &sb); d != "" {
+		t.Fatalf("End: fast path differs: %s", d)
+	}
+}
+
+func batchDiff(a, b *Batch) string {
+	if a.InType != b.InType || a.Done != b.Done {
+		return fmt.Sprintf("type/done %q/%v vs %q/%v", a.InType, a.Done, b.InType, b.Done)
+	}
+	if len(a.Out) != len(b.Out) {
+		return fmt.Sprintf("%d events out vs %d", len(a.Out), len(b.Out))
+	}
+	for i := range a.Out {
+		if a.Out[i].Type != b.Out[i].Type || !bytes.Equal(a.Out[i].JSON, b.Out[i].JSON) {
+			return fmt.Sprintf("out[%d] %s %q vs %s %q", i, a.Out[i].Type, a.Out[i].JSON, b.Out[i].Type, b.Out[i].JSON)
+		}
+	}
+	if fmt.Sprint(a.Notes) != fmt.Sprint(b.Notes) || fmt.Sprint(a.Calls) != fmt.Sprint(b.Calls) || fmt.Sprint(a.Run) != fmt.Sprint(b.Run) {
+		return fmt.Sprintf("notes/calls/run %v %v %v vs %v %v %v", a.Notes, a.Calls, a.Run, b.Notes, b.Calls, b.Run)
+	}
+	return ""
 }

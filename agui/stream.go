@@ -51,6 +51,9 @@ type Stream struct {
 	// answer is the CallAnswered event of the current TOOL_CALL_RESULT.
 	answer    CallEvent
 	hasAnswer bool
+
+	// slow turns the fast path off (fast.go); tests compare the two paths.
+	slow bool
 }
 
 // maxFrontendIDs bounds the frontend-call index of one stream.
@@ -88,6 +91,9 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	b.Reset()
 	if s.done {
 		b.Done = true
+		return
+	}
+	if s.feedTextContent(data, b) {
 		return
 	}
 	compact, serr := s.sc.scan(data)

@@ -1,0 +1,106 @@
+package agui
+
+// This file is Feed's fast path for the event that makes up most of a
+// stream: a TEXT_MESSAGE_CONTENT continuing an open text message, which
+// aguard forwards byte for byte. In a proxy serving many streams each event
+// meets cold caches, and the general path (validate, parse into a tree, check
+// the field table, dispatch) touched enough memory to cost more than the
+// socket reads and writes around it. The fast path reads the event in one
+// pass over its bytes and checks the one state it depends on.
+//
+// It is an optimisation only: it takes an event only when the general path
+// would forward it unchanged with nothing to note, and declines anything
+// else (whitespace, escapes in a key or the message id, another member, a
+// duplicate, a subagentRunId, an open chunk lane, a message not open, a run
+// not active), which then takes the general path. FuzzStream checks that the
+// two agree on every input.
+
+// textContentID reports whether data is exactly a compact JSON object whose
+// members are "type":"TEXT_MESSAGE_CONTENT", "messageId" (a string without
+// escapes) and "delta" (any valid string), each once, in any order; and
+// returns the message id, aliasing data.
+func textContentID(data []byte) (id []byte, ok bool) {
+	n := len(data)
+	if n < 2 || data[0] != '{' || data[n-1] != '}' {
+		return nil, false
+	}
+	const typeValue = `"TEXT_MESSAGE_CONTENT"`
+	var seen uint8
+	i := 1
+	for {
+		if i >= n || data[i] != '"' {
+			return nil, false
+		}
+		k, err := scanString(data, i)
+		if err != nil || k >= n || data[k] != ':' {
+			return nil, false
+		}
+		key := data[i+1 : k-1]
+		i = k + 1
+		if i >= n || data[i] != '"' {
+			return nil, false
+		}
+		j, err := scanString(data, i)
+		if err != nil {
+			return nil, false
+		}
+		var bit uint8
+		switch string(key) {
+		case "type":
+			if string(data[i:j]) != typeValue {
+				return nil, false
+			}
+			bit = 1
+		case "messageId":
+			id = data[i+1 : j-1]
+			for _, c := range id {
+				if c == '\\' {
+					return nil, false
+				}
+			}
+			bit = 2
+		case "delta":
+			bit = 4
+		default:
+			return nil, false
+		}
+		if seen&bit != 0 {
+			return nil, false
+		}
+		seen |= bit
+		i = j
+		if i >= n {
+			return nil, false
+		}
+		if data[i] == ',' {
+			i++
+			continue
+		}
+		if data[i] == '}' && i == n-1 && seen == 7 {
+			return id, true
+		}
+		return nil, false
+	}
+}
+
+// feedTextContent forwards data unchanged when it is a plain
+// TEXT_MESSAGE_CONTENT for a text message open in the active run, with no
+// chunk lane open, and reports whether it did. The general path would find
+// nothing to check or change in it: runRules passes (a run is active and not
+// finished), the event carries no subagentRunId so no owner can disagree,
+// closeLaneOf has no lane to close, and textCont finds the message open.
+func (s *Stream) feedTextContent(data []byte, b *Batch) bool {
+	if s.slow || !s.first || s.runErr || s.runDone || !s.runStarted || len(s.lanes) > 0 {
+		return false
+	}
+	id, ok := textContentID(data)
+	if !ok {
+		return false
+	}
+	if e := s.run.msgs[string(id)]; e == nil || !e.open {
+		return false
+	}
+	b.InType = tTextContent
+	s.emit(b, tTextContent, data)
+	return true
+}

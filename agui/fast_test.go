@@ -1,0 +1,98 @@
+package agui
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTextContentIDTakesOnlyThePlainShape(t *testing.T) {
+	for _, tc := range []struct {
+		data string
+		id   string // "" when declined
+	}{
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`, "m1"},
+		{`{"delta":"h\"i\u00e9","messageId":"m1","type":"TEXT_MESSAGE_CONTENT"}`, "m1"},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"","delta":""}`, "\x00"}, // empty id, taken
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m\u0031","delta":"hi"}`, ""},
+		{`{"\u0074ype":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi","timestamp":1}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi","subagentRunId":"s"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a","delta":"b"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":1}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"} `, ""},
+		{`{"type": "TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`, ""},
+		{`{"type":"TEXT_MESSAGE_END","messageId":"m1","delta":"hi"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a` + "\n" + `b"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"\x"}`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"`, ""},
+		{`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi",}`, ""},
+		{`{}`, ""},
+		{``, ""},
+	} {
+		id, ok := textContentID([]byte(tc.data))
+		want := tc.id != ""
+		if ok != want || (ok && string(id) != strings.TrimPrefix(tc.id, "\x00")) {
+			t.Errorf("textContentID(%s) = %q, %v; want %q, %v", tc.data, id, ok, tc.id, want)
+		}
+	}
+}
+
+// TestFastPathForwardsOpenMessageContent pins that the plain content event
+// of an open message takes the fast path (it would silently stop being
+// fast otherwise), and the cases that must not.
+func TestFastPathForwardsOpenMessageContent(t *testing.T) {
+	const content = `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`
+	for _, tc := range []struct {
+		name   string
+		before []string
+		fast   bool
+	}{
+		{"open message", []string{runStarted, `{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`}, true},
+		{"message not open", []string{runStarted}, false},
+		{"message ended", []string{runStarted, `{"type":"TEXT_MESSAGE_START","messageId":"m1"}`, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`}, false},
+		{"chunk lane open", []string{runStarted, `{"type":"TEXT_MESSAGE_START","messageId":"m1"}`, `{"type":"TEXT_MESSAGE_CHUNK","messageId":"m2","delta":"x"}`}, false},
+		{"after RUN_ERROR", []string{runStarted, `{"type":"TEXT_MESSAGE_START","messageId":"m1"}`, `{"type":"RUN_ERROR","message":"x"}`}, false},
+		{"before any run", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, monitor := range []bool{false, true} {
+				s := NewStream(nil, Options{Monitor: monitor})
+				var b Batch
+				for _, e := range tc.before {
+					s.Feed([]byte(e), &b)
+				}
+				b.Reset()
+				if got := s.feedTextContent([]byte(content), &b); got != tc.fast {
+					t.Fatalf("monitor %v: fast path taken = %v, want %v", monitor, got, tc.fast)
+				}
+				if tc.fast && (len(b.Out) != 1 || string(b.Out[0].JSON) != content || b.InType != tTextContent) {
+					t.Fatalf("fast path forwarded %+v", b)
+				}
+			}
+		})
+	}
+}
+
+// TestFastPathAgreesWithGeneralPath runs hand-made sequences through both
+// paths in both modes; FuzzStream does the same with generated ones.
+func TestFastPathAgreesWithGeneralPath(t *testing.T) {
+	start := `{"type":"TEXT_MESSAGE_START","messageId":"m1"}`
+	content := `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`
+	for _, seq := range [][]string{
+		{runStarted, start, content, content, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`, content, runFinished},
+		{runStarted, start, content, runFinished, content},
+		{runStarted, `{"type":"SUBAGENT_STARTED","subagentRunId":"s1","name":"n"}`, `{"type":"TEXT_MESSAGE_START","messageId":"m1","subagentRunId":"s1"}`, content, runFinished},
+		{runStarted, start, `{"type":"RUN_ERROR","message":"x"}`, content},
+		{content, runStarted, start, content},
+		{runStarted, `{"type":"TEXT_MESSAGE_CHUNK","messageId":"m1","delta":"x"}`, content, runFinished},
+	} {
+		events := make([][]byte, len(seq))
+		for i, e := range seq {
+			events[i] = []byte(e)
+		}
+		for _, monitor := range []bool{false, true} {
+			sameAsSlowPath(t, nil, events, Options{Monitor: monitor})
+		}
+	}
+}
