@@ -63,6 +63,10 @@ type Batch struct {
 	Run RunEnd
 }
 
+// EventTextContent is the type of the commonest event of a stream,
+// TEXT_MESSAGE_CONTENT, as Batch.InType and Event.Type name it.
+const EventTextContent = tTextContent
+
 // Reset empties b, keeping its capacity.
 func (b *Batch) Reset() {
 	b.InType = ""

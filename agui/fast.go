@@ -97,7 +97,14 @@ func (s *Stream) feedTextContent(data []byte, b *Batch) bool {
 	if !ok {
 		return false
 	}
-	if e := s.run.msgs[string(id)]; e == nil || !e.open {
+	e := s.run.text
+	if e == nil || e.id != string(id) {
+		if e = s.run.msgs[string(id)]; e == nil {
+			return false
+		}
+		s.run.text = e
+	}
+	if !e.open {
 		return false
 	}
 	b.InType = tTextContent

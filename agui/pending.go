@@ -46,7 +46,8 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	if m := s.run.msgs[string(mid)]; m != nil {
 		m.own = t.owner()
 	} else {
-		s.run.msgs[string(mid)] = &entity{own: t.owner()}
+		e := &entity{id: string(mid), own: t.owner()}
+		s.run.msgs[e.id] = e
 	}
 	if _, ok := s.answered[string(id)]; !ok {
 		s.answered[string(id)] = struct{}{}

@@ -59,6 +59,7 @@ func viol(rule, id, msg string) *violation { return &violation{rule: rule, id: i
 // current run. It exists once its owner is on record (the client keeps
 // owners for the whole run, open or not).
 type entity struct {
+	id       string // its key in runState.msgs (text messages only)
 	own      owner
 	open     bool // text message open / reasoning message open
 	spanOpen bool // reasoning span open (REASONING_START…REASONING_END)
@@ -123,6 +124,10 @@ type runState struct {
 	argBytes int
 	// runID is the current run's id (RUN_STARTED.runId).
 	runID string
+	// text is the text message the fast path (fast.go) last continued, or
+	// nil: most content events continue the message before them, and this
+	// spares the map lookup.
+	text *entity
 }
 
 func newRunState() runState {
@@ -154,6 +159,7 @@ func (r *runState) reset() {
 	r.ended = r.ended[:0]
 	r.startedNow = r.startedNow[:0]
 	r.argBytes = 0
+	r.text = nil
 }
 
 func (r *runState) next() int { r.seq++; return r.seq }
@@ -176,8 +182,8 @@ func (r *runState) textStart(id []byte, t tag) *violation {
 		return viol("owner_mismatch", string(id), "TEXT_MESSAGE_START: subagentRunId "+q(t.id)+" does not match the owner "+e.own.String()+" of text message "+q(id))
 	}
 	if e == nil {
-		e = &entity{own: t.owner()}
-		r.msgs[string(id)] = e
+		e = &entity{id: string(id), own: t.owner()}
+		r.msgs[e.id] = e
 	}
 	e.open = true
 	e.openSeq = r.next()

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +68,37 @@ type stream struct {
 	lastWrite    time.Time
 	lastDeadline time.Time
 	timer        *time.Timer
+
+	c counts
+}
+
+// counts batches the metrics every event touches. Shared counters updated
+// for each event cost more than the event's own checks under load (their
+// cache lines move between cores), so bytes, and events of the commonest
+// type, are added to them at most once a second and when the stream ends.
+type counts struct {
+	bytesIn, textIn   float64 // pump only
+	bytesOut, textOut float64 // under wmu
+	at                int64   // unix ns of the last flush (pump, under wmu)
+}
+
+// flushCountsLocked adds the batched counts to the shared counters; wmu is
+// held, and the pump is not counting.
+func (s *stream) flushCountsLocked(now int64) {
+	m, c := s.p.m, &s.c
+	if c.bytesIn > 0 {
+		m.bytesIn.Add(c.bytesIn)
+	}
+	if c.textIn > 0 {
+		m.eventsIn[agui.EventTextContent].Add(c.textIn)
+	}
+	if c.bytesOut > 0 {
+		m.bytesOut.Add(c.bytesOut)
+	}
+	if c.textOut > 0 {
+		m.eventsOut[agui.EventTextContent].Add(c.textOut)
+	}
+	*c = counts{at: now}
 }
 
 // chunkHead is the room reserved before pending output for a chunk's size
@@ -157,6 +187,7 @@ func (s *stream) run(c net.Conn) {
 	}
 
 	s.wmu.Lock()
+	s.flushCountsLocked(0)
 	if end != "consumer_gone" && s.chunk {
 		c.Write([]byte("0\r\n\r\n"))
 	}
@@ -223,9 +254,13 @@ func (s *stream) pump() string {
 				return s.emit(s.pipe.End(err), "completed")
 			}
 		}
-		p.m.bytesIn.Add(float64(len(data)))
+		s.c.bytesIn += float64(len(data))
 		out := s.pipe.Feed(data)
-		count(p.m.eventsIn, out.InType)
+		if out.InType == agui.EventTextContent {
+			s.c.textIn++
+		} else {
+			count(p.m.eventsIn, out.InType)
+		}
 		if out.Done {
 			return s.emit(out, "ended")
 		}
@@ -253,12 +288,21 @@ func (s *stream) emit(out *Output, end string) string {
 	defer s.wmu.Unlock()
 	for _, ev := range out.Events {
 		s.out = sse.AppendFrame(s.out, ev.JSON)
-		count(s.p.m.eventsOut, ev.Type)
+		if ev.Type == agui.EventTextContent {
+			s.c.textOut++
+		} else {
+			count(s.p.m.eventsOut, ev.Type)
+		}
 	}
 	if end != "" {
+		s.flushCountsLocked(0) // before the consumer can see the end
 		if s.flushLocked() != nil {
 			return "consumer_gone"
 		}
+		return end
+	}
+	if now := s.lastRead.Load(); now-s.c.at >= int64(time.Second) {
+		s.flushCountsLocked(now)
 	}
 	return end
 }
@@ -277,9 +321,15 @@ func (s *stream) flushLocked() error {
 	}
 	b := s.out[chunkHead:]
 	if s.chunk {
-		size := strconv.AppendInt(nil, int64(n), 16)
-		start := chunkHead - len(size) - 2
-		copy(s.out[start:], size)
+		// The size line goes in the room reserved before the data.
+		start := chunkHead - 2
+		for v := n; ; v >>= 4 {
+			start--
+			s.out[start] = "0123456789abcdef"[v&15]
+			if v < 16 {
+				break
+			}
+		}
 		s.out[chunkHead-2], s.out[chunkHead-1] = '\r', '\n'
 		b = append(s.out[start:], '\r', '\n')
 	}
@@ -289,7 +339,7 @@ func (s *stream) flushLocked() error {
 		s.lastDeadline = now
 	}
 	_, err := s.conn.Write(b)
-	s.p.m.bytesOut.Add(float64(n))
+	s.c.bytesOut += float64(n)
 	s.out = s.out[:chunkHead]
 	s.lastWrite = now
 	return err

@@ -1,0 +1,72 @@
+package proxy
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// TestStreamCountsAddUp pins the stream metrics, which the hot path adds to
+// the shared counters in batches: once the consumer has the run's end, every
+// event and byte of it is counted.
+func TestStreamCountsAddUp(t *testing.T) {
+	events := []string{
+		`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`,
+		`{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`,
+	}
+	for range 50 {
+		events = append(events, `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"tok"}`)
+	}
+	events = append(events, `{"type":"TEXT_MESSAGE_END","messageId":"m"}`, `{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`)
+	var body strings.Builder
+	dataBytes, frameBytes := 0, 0
+	for _, e := range events {
+		body.WriteString(frame(e))
+		dataBytes += len(e)
+		frameBytes += len(frame(e))
+	}
+	reg := prometheus.NewRegistry()
+	h := newHarness(t, sseAgent(body.String()), func(o *Options) { o.Metrics = NewMetrics(reg) })
+	for i := range 2 {
+		resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+		if got := readAll(t, resp.Body); len(got) != len(events) {
+			t.Fatalf("got %d events, want %d", len(got), len(events))
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		runs := float64(i + 1)
+		for _, c := range []struct {
+			name string
+			m    prometheus.Metric
+			want float64
+		}{
+			{"events in, content", h.p.m.eventsIn["TEXT_MESSAGE_CONTENT"], 50 * runs},
+			{"events out, content", h.p.m.eventsOut["TEXT_MESSAGE_CONTENT"], 50 * runs},
+			{"events in, start", h.p.m.eventsIn["TEXT_MESSAGE_START"], runs},
+			{"events out, finished", h.p.m.eventsOut["RUN_FINISHED"], runs},
+			{"bytes in", h.p.m.bytesIn, float64(dataBytes) * runs},
+		} {
+			if got := value(t, c.m); got != c.want {
+				t.Errorf("run %d: %s = %v, want %v", i+1, c.name, got, c.want)
+			}
+		}
+		waitFor(t, "the stream to end", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
+		if got, want := value(t, h.p.m.bytesOut), float64(frameBytes)*runs; got != want {
+			t.Errorf("run %d: bytes out = %v, want %v", i+1, got, want)
+		}
+	}
+}
+
+func value(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d.GetCounter().GetValue()
+}
