@@ -75,6 +75,11 @@ func (e *InputError) Error() string {
 	return "invalid run input: " + e.Path + ": " + e.Reason
 }
 
+// inputParsers recycles the parsers of ParseRunInput: a parser's value cache
+// is a few KiB for a small input, garbage once per run otherwise. Nothing
+// of a parse outlives ParseRunInput (every field is copied out).
+var inputParsers fastjson.ParserPool
+
 // ParseRunInput checks that body is a RunAgentInput — a JSON object with
 // string threadId and runId, a messages array of messages each with a string
 // id and role and the fields of that role, optional tools (each with a string
@@ -86,7 +91,8 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 	if _, err := sc.scan(body); err != nil {
 		return nil, &InputError{Reason: "not valid JSON: " + err.Error()}
 	}
-	var p fastjson.Parser
+	p := inputParsers.Get()
+	defer inputParsers.Put(p)
 	v, err := p.ParseBytes(body)
 	if err != nil {
 		return nil, &InputError{Reason: "JSON nested too deeply"}

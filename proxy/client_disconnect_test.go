@@ -18,11 +18,13 @@ import (
 // per stream (other platforms, or a connection without a descriptor).
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		perStream bool
+		name       string
+		perStream  bool
+		shareConns bool
 	}{
-		{"shared watcher", false},
-		{"goroutine per stream", true},
+		{"shared watcher", false, false},
+		{"goroutine per stream", true, false},
+		{"on the server's connection", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cancelled := make(chan time.Time, 1)
@@ -34,8 +36,11 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 				cancelled <- time.Now()
 			}, func(o *Options) { o.Heartbeat = time.Hour })
 			if tc.perStream {
+				h.p.mu.Lock()
 				h.p.hangupsTried = true // as if the shared watcher could not start
+				h.p.mu.Unlock()
 			}
+			h.p.shareConns.Store(tc.shareConns)
 			ctx, cancel := context.WithCancel(context.Background())
 			resp := h.post(t, ctx, "/agent", runInput("t", "r"))
 			f := &frames{r: bufio.NewReader(resp.Body)}

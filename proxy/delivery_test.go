@@ -78,22 +78,29 @@ func TestPassThroughByteIdentical(t *testing.T) {
 	for _, e := range events {
 		body.WriteString(frame(e))
 	}
-	h := newHarness(t, sseAgent(body.String()))
-	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
-	defer resp.Body.Close()
-	for name, want := range map[string]string{
-		"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
-	} {
-		if got := resp.Header.Get(name); got != want {
-			t.Errorf("header %s = %q, want %q", name, got, want)
-		}
-	}
-	if resp.ContentLength != -1 || resp.Header.Get("Content-Encoding") != "" {
-		t.Errorf("want a chunked, uncompressed stream; got length %d, encoding %q", resp.ContentLength, resp.Header.Get("Content-Encoding"))
-	}
-	got := readAll(t, resp.Body)
-	if strings.Join(got, "\n") != strings.Join(events, "\n") {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(events, "\n"))
+	// On a connection of the stream's own (a duplicated descriptor), and on
+	// the server's, as where descriptors cannot be duplicated.
+	for _, share := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shareConns=%v", share), func(t *testing.T) {
+			h := newHarness(t, sseAgent(body.String()))
+			h.p.shareConns.Store(share)
+			resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+			defer resp.Body.Close()
+			for name, want := range map[string]string{
+				"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+			} {
+				if got := resp.Header.Get(name); got != want {
+					t.Errorf("header %s = %q, want %q", name, got, want)
+				}
+			}
+			if resp.ContentLength != -1 || resp.Header.Get("Content-Encoding") != "" {
+				t.Errorf("want a chunked, uncompressed stream; got length %d, encoding %q", resp.ContentLength, resp.Header.Get("Content-Encoding"))
+			}
+			got := readAll(t, resp.Body)
+			if strings.Join(got, "\n") != strings.Join(events, "\n") {
+				t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(events, "\n"))
+			}
+		})
 	}
 }
 

@@ -126,6 +126,9 @@ type Proxy struct {
 	// started with the first stream.
 	hangups      *hangups
 	hangupsTried bool
+	// shareConns serves streams on fasthttp's connection, inside the hijack
+	// handler, as where a descriptor cannot be duplicated (tests set it).
+	shareConns atomic.Bool
 }
 
 // New checks opt and builds a Proxy.
@@ -194,11 +197,8 @@ func New(opt Options) (*Proxy, error) {
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
-		// A stream's connection is served outside fasthttp once hijacked
-		// (see startStream), which closes it.
-		KeepHijackedConns: true,
-		Name:              "aguard",
-		Logger:            fasthttpLogger{opt.Logger},
+		Name:                  "aguard",
+		Logger:                fasthttpLogger{opt.Logger},
 	}
 	return p, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,18 +148,38 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	p.m.streamsOpen.Inc()
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		// fasthttp's hijacked connection reads through the server's request
-		// buffer (8 KiB) and holds it, and the RequestCtx, until this
-		// function returns. The stream runs on the bare connection instead,
-		// in a goroutine of its own, so both go back to the server at once
-		// (the Server keeps hijacked connections open: KeepHijackedConns).
-		// Nothing buffered is lost: an SSE consumer sends nothing after its
-		// request, and the connection is closed when the stream ends.
 		if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
 			c = u.UnsafeConn()
 		}
-		go s.run(c)
+		// fasthttp holds its request buffer (8 KiB) and the RequestCtx
+		// until this function returns, then closes c. The stream runs on a
+		// connection of its own instead, a duplicate of c's descriptor, so
+		// the server has both back at once, for its next request. Nothing
+		// buffered is lost: an SSE consumer sends nothing after its request,
+		// and the connection is closed when the stream ends.
+		if own, err := ownConn(c); err == nil && !p.shareConns.Load() {
+			go s.run(own)
+			return
+		} else if err == nil {
+			own.Close()
+		}
+		s.run(c) // no descriptor to duplicate (TLS, or no platform support)
 	})
+}
+
+// ownConn returns a connection on a duplicate of c's descriptor: the same
+// socket, which stays open when c is closed.
+func ownConn(c net.Conn) (net.Conn, error) {
+	fc, ok := c.(interface{ File() (*os.File, error) })
+	if !ok {
+		return nil, errors.New("the connection has no descriptor")
+	}
+	f, err := fc.File()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return net.FileConn(f)
 }
 
 // run serves the stream on the hijacked connection, in its own goroutine,
