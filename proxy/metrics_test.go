@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +70,30 @@ func value(t *testing.T, m prometheus.Metric) float64 {
 		t.Fatal(err)
 	}
 	return d.GetCounter().GetValue()
+}
+
+// TestStreamCountsReachTheCountersInSilence pins that batched counts do not
+// wait for the stream's end: a stream whose agent goes quiet has them added
+// at the next heartbeat tick.
+func TestStreamCountsReachTheCountersInSilence(t *testing.T) {
+	release := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		io.WriteString(w, frame(`{"type":"TEXT_MESSAGE_START","messageId":"m"}`))
+		for range 3 {
+			io.WriteString(w, frame(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}`))
+		}
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
+	defer close(release)
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+	defer resp.Body.Close()
+	waitFor(t, "3 content events counted", 5*time.Second, func() bool {
+		return value(t, h.p.m.eventsIn["TEXT_MESSAGE_CONTENT"]) == 3 && value(t, h.p.m.eventsOut["TEXT_MESSAGE_CONTENT"]) == 3
+	})
 }

@@ -76,15 +76,17 @@ type stream struct {
 // counts batches the metrics every event touches. Shared counters updated
 // for each event cost more than the event's own checks under load (their
 // cache lines move between cores), so bytes, and events of the commonest
-// type, are added to them at most once a second and when the stream ends.
+// type, are added to them at most once a second while events flow, at each
+// heartbeat tick, and before the consumer can see the stream's end. Guarded
+// by wmu.
 type counts struct {
-	bytesIn, textIn   float64 // pump only
-	bytesOut, textOut float64 // under wmu
-	at                int64   // unix ns of the last flush (pump, under wmu)
+	bytesIn, textIn   float64
+	bytesOut, textOut float64
+	at                int64 // unix ns of the last flush
 }
 
 // flushCountsLocked adds the batched counts to the shared counters; wmu is
-// held, and the pump is not counting.
+// held.
 func (s *stream) flushCountsLocked(now int64) {
 	m, c := s.p.m, &s.c
 	if c.bytesIn > 0 {
@@ -242,7 +244,7 @@ func (s *stream) run(c net.Conn) {
 func (s *stream) pump() string {
 	p := s.p
 	if s.body == nil {
-		return s.emit(s.pipe.End(nil), "completed")
+		return s.emit(s.pipe.End(nil), 0, "completed")
 	}
 	// Flush before every read of the agent's socket: those are the reads
 	// that may block. (The body reader above it may hand back an event it
@@ -262,43 +264,38 @@ func (s *stream) pump() string {
 			case errors.Is(cause, errConsumerGone):
 				return "consumer_gone"
 			case errors.Is(cause, errShutdown):
-				return s.emit(s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out"), "shutdown")
+				return s.emit(s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out"), 0, "shutdown")
 			case errors.As(cause, &idle):
 				p.m.upstreamErrors.WithLabelValues("idle").Inc()
-				return s.emit(s.pipe.End(idle), "ended")
+				return s.emit(s.pipe.End(idle), 0, "ended")
 			case errors.Is(err, sse.ErrEventTooLarge):
 				p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
-				return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), "ended")
+				return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), 0, "ended")
 			default:
 				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
 				s.log.Warn("agent stream broke", "err", err)
-				return s.emit(s.pipe.End(err), "completed")
+				return s.emit(s.pipe.End(err), 0, "completed")
 			}
 		}
-		s.c.bytesIn += float64(len(data))
 		out := s.pipe.Feed(data)
-		if out.InType == agui.EventTextContent {
-			s.c.textIn++
-		} else {
-			count(p.m.eventsIn, out.InType)
-		}
+		end := ""
 		if out.Done {
-			return s.emit(out, "ended")
+			end = "ended"
 		}
-		if r := s.emit(out, ""); r != "" {
+		if r := s.emit(out, len(data), end); r != "" {
 			return r
 		}
 	}
 	if cause := s.interruption(); errors.Is(cause, errConsumerGone) {
 		return "consumer_gone"
 	}
-	return s.emit(s.pipe.End(nil), "completed")
+	return s.emit(s.pipe.End(nil), 0, "completed")
 }
 
-// emit records a step's facts, queues its events and, when the stream ends
-// (end != ""), flushes them. It returns end, or "consumer_gone" when writing
-// failed.
-func (s *stream) emit(out *Output, end string) string {
+// emit records a step's facts (in: the bytes of the event fed, 0 for End
+// and Abort), queues its events and, when the stream ends (end != ""),
+// flushes them. It returns end, or "consumer_gone" when writing failed.
+func (s *stream) emit(out *Output, in int, end string) string {
 	s.note(out.Notes)
 	if s.led != nil {
 		// Before the events go out: what RUN_FINISHED says is pending must
@@ -307,6 +304,14 @@ func (s *stream) emit(out *Output, end string) string {
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if out.InType != "" {
+		s.c.bytesIn += float64(in)
+		if out.InType == agui.EventTextContent {
+			s.c.textIn++
+		} else {
+			count(s.p.m.eventsIn, out.InType)
+		}
+	}
 	for _, ev := range out.Events {
 		s.out = sse.AppendFrame(s.out, ev.JSON)
 		if ev.Type == agui.EventTextContent {
@@ -380,6 +385,7 @@ func (s *stream) tick() {
 		s.wmu.Unlock()
 		return
 	}
+	s.flushCountsLocked(time.Now().UnixNano())
 	next := p.opt.Heartbeat - time.Since(s.lastWrite)
 	if next <= 0 {
 		s.out = append(s.out, sse.Ping...)
