@@ -39,6 +39,9 @@ func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToo
 
 // record applies one pipeline step's facts to the ledger.
 func (l *ledger) record(ctx context.Context, o *Output) {
+	if len(o.Calls) == 0 && o.Run.Kind == "" {
+		return // most events: nothing about calls or runs
+	}
 	now := l.now()
 	for i := range o.Calls {
 		ev := &o.Calls[i]

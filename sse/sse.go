@@ -74,6 +74,12 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 // stays one event: a consumer joins the lines back with LF, and no line
 // ending inside data can end the event or start another.
 func AppendFrame(dst, data []byte) []byte {
+	if bytes.IndexByte(data, '\n') < 0 && bytes.IndexByte(data, '\r') < 0 {
+		// One line, as compact JSON always is.
+		dst = append(dst, "data: "...)
+		dst = append(dst, data...)
+		return append(dst, "\n\n"...)
+	}
 	for {
 		i := bytes.IndexAny(data, "\r\n")
 		if i < 0 {

@@ -154,6 +154,15 @@ func FuzzEvents(f *testing.F) {
 				t.Fatalf("data longer than input: %d > %d", len(data), len(in))
 			}
 		}
+		// Whatever the bytes, their frame reads back as one event with the
+		// same lines.
+		if len(in) > 0 && len(in) < 1<<15 {
+			got, err := collect(t, bytes.NewReader(AppendFrame(nil, in)), 0)
+			want := strings.NewReplacer("\r\n", "\n", "\r", "\n").Replace(string(in))
+			if err != nil || len(got) != 1 || got[0] != want {
+				t.Fatalf("frame of %q read back as %q (%v), want %q", in, got, err, want)
+			}
+		}
 	})
 }
 
