@@ -74,7 +74,11 @@ func (b *Batch) Reset() {
 	b.Notes = b.Notes[:0]
 	b.Done = false
 	b.Calls = b.Calls[:0]
-	b.Run = RunEnd{Pending: b.Run.Pending[:0], Interrupts: b.Run.Interrupts[:0]}
+	if r := &b.Run; r.Kind != "" || r.RunID != "" || r.Outcome != "" || r.Code != "" || len(r.Pending) > 0 || len(r.Interrupts) > 0 {
+		// Only when set: rewriting the pointers of an empty one for every
+		// event costs write barriers while the GC runs.
+		b.Run = RunEnd{Pending: b.Run.Pending[:0], Interrupts: b.Run.Interrupts[:0]}
+	}
 }
 
 // Options configure a Stream.

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 )
@@ -93,6 +94,22 @@ func TestFastPathAgreesWithGeneralPath(t *testing.T) {
 		}
 		for _, monitor := range []bool{false, true} {
 			sameAsSlowPath(t, nil, events, Options{Monitor: monitor})
+		}
+	}
+}
+
+func TestHasSpecialFindsEveryStringBreaker(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			var b [8]byte
+			for i := range b {
+				b[i] = 'a'
+			}
+			b[pos] = byte(c)
+			want := c == '"' || c == '\\' || c < 0x20
+			if got := hasSpecial(binary.LittleEndian.Uint64(b[:])); got != want {
+				t.Fatalf("byte %#x at %d: hasSpecial = %v, want %v", c, pos, got, want)
+			}
 		}
 	}
 }

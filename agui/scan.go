@@ -1,6 +1,9 @@
 package agui
 
-import "strconv"
+import (
+	"encoding/binary"
+	"strconv"
+)
 
 // maxScanDepth matches encoding/json's nesting limit, so that scan and
 // json.Valid agree on every input.
@@ -165,6 +168,10 @@ func hasLiteral(data []byte, i int, lit string) bool {
 // does not check UTF-8 either).
 func scanString(data []byte, i int) (int, *scanError) {
 	i++
+	// Skip eight plain bytes at a time; the loop below sees the rest.
+	for i+8 <= len(data) && !hasSpecial(binary.LittleEndian.Uint64(data[i:])) {
+		i += 8
+	}
 	for i < len(data) {
 		c := data[i]
 		switch {
@@ -197,6 +204,17 @@ func scanString(data []byte, i int) (int, *scanError) {
 		}
 	}
 	return 0, &scanError{off: i, reason: "unterminated string"}
+}
+
+// hasSpecial reports whether any of the eight bytes in v is a quote, a
+// backslash or a control character (below 0x20): the bytes that end or
+// escape a string, or are not allowed in one. Each test is the classic
+// "has a zero byte" bit trick (exact as to presence).
+func hasSpecial(v uint64) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q := v ^ (ones * '"')
+	b := v ^ (ones * '\\')
+	return ((q-ones)&^q|(b-ones)&^b|(v-ones*0x20)&^v)&highs != 0
 }
 
 func isHex(c byte) bool {

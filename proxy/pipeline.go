@@ -64,7 +64,10 @@ func (p *Pipeline) Abort(code, message string) *Output {
 func (p *Pipeline) finish() *Output {
 	o := &p.out
 	o.InType, o.Done = p.b.InType, p.b.Done
-	o.Calls, o.Run = p.b.Calls, p.b.Run
+	o.Calls = p.b.Calls
+	if p.b.Run.Kind != "" || o.Run.Kind != "" {
+		o.Run = p.b.Run // most steps end no run: spare the copy
+	}
 	if p.bridge == nil {
 		o.Events, o.Notes = p.b.Out, p.b.Notes
 		return o

@@ -59,7 +59,12 @@ type stream struct {
 	umu      sync.Mutex
 	released bool
 	cause    error // why the read was interrupted
-	lastRead atomic.Int64
+	// reads counts the upstream reads that returned bytes; tick compares
+	// it with what it saw last (seenReads, at quietSince) to find silence,
+	// so reading keeps no clock.
+	reads      atomic.Uint64
+	seenReads  uint64    // tick only
+	quietSince time.Time // tick only
 
 	// Consumer side, guarded by wmu: the pump and the heartbeat both write.
 	wmu          sync.Mutex
@@ -199,7 +204,7 @@ func (s *stream) run(c net.Conn) {
 	s.conn = c
 	now := time.Now()
 	s.lastWrite, s.lastDeadline = now, now
-	s.lastRead.Store(now.UnixNano())
+	s.quietSince = now
 	c.SetWriteDeadline(now.Add(stalledConsumer))
 	end := "consumer_gone"
 	stopWatch := func() {}
@@ -327,7 +332,7 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		}
 		return end
 	}
-	if now := s.lastRead.Load(); now-s.c.at >= int64(time.Second) {
+	if now := s.lastWrite.UnixNano(); now-s.c.at >= int64(time.Second) {
 		s.flushCountsLocked(now)
 	}
 	return end
@@ -372,11 +377,14 @@ func (s *stream) flushLocked() error {
 }
 
 // tick runs on the heartbeat timer: it ends a stream whose agent has been
-// silent for the idle limit, and writes ": ping" after a heartbeat of
-// silence towards the consumer.
+// silent for the idle limit (as seen from one tick to the next), and writes
+// ": ping" after a heartbeat of silence towards the consumer.
 func (s *stream) tick() {
 	p := s.p
-	if silent := time.Since(time.Unix(0, s.lastRead.Load())); silent >= p.opt.UpstreamIdleTimeout {
+	now := time.Now()
+	if r := s.reads.Load(); r != s.seenReads {
+		s.seenReads, s.quietSince = r, now
+	} else if silent := now.Sub(s.quietSince); silent >= p.opt.UpstreamIdleTimeout {
 		s.interrupt(idleError{silent})
 		return
 	}
@@ -385,7 +393,7 @@ func (s *stream) tick() {
 		s.wmu.Unlock()
 		return
 	}
-	s.flushCountsLocked(time.Now().UnixNano())
+	s.flushCountsLocked(now.UnixNano())
 	next := p.opt.Heartbeat - time.Since(s.lastWrite)
 	if next <= 0 {
 		s.out = append(s.out, sse.Ping...)
@@ -395,6 +403,9 @@ func (s *stream) tick() {
 			return
 		}
 		next = p.opt.Heartbeat
+	}
+	if q := p.opt.UpstreamIdleTimeout - now.Sub(s.quietSince); q > 0 && q < next {
+		next = q // an idle limit shorter than the heartbeat
 	}
 	s.timer.Reset(next)
 	s.wmu.Unlock()
@@ -435,9 +446,9 @@ func (s *stream) flushForRead() error {
 	return nil
 }
 
-// upstreamReader is the pump's view of the upstream body. It records when the
-// agent last sent any bytes, comments included; and, when the connection is
-// not a trackedConn, flushes before each read.
+// upstreamReader is the pump's view of the upstream body. It counts the
+// reads that brought bytes, comments included (see tick); and, when the
+// connection is not a trackedConn, flushes before each read.
 type upstreamReader struct{ s *stream }
 
 func (u upstreamReader) Read(b []byte) (int, error) {
@@ -449,7 +460,7 @@ func (u upstreamReader) Read(b []byte) (int, error) {
 	}
 	n, err := s.body.Read(b)
 	if n > 0 {
-		s.lastRead.Store(time.Now().UnixNano())
+		s.reads.Add(1)
 	}
 	return n, err
 }
