@@ -68,3 +68,36 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("Drain = %v, want the deadline error", err)
 	}
 }
+
+// TestCloseEndsRunningStreams pins Close without a drain: a stream still
+// running ends with RUN_ERROR AGUARD_SHUTDOWN and its agent request is
+// cancelled, although the stream's connection is its own (not the server's).
+func TestCloseEndsRunningStreams(t *testing.T) {
+	cancelled := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(cancelled)
+	})
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+	defer resp.Body.Close()
+	f := &frames{r: bufio.NewReader(resp.Body)}
+	if _, err := f.next(); err != nil {
+		t.Fatal(err)
+	}
+	h.p.Close()
+	ev, err := f.next()
+	if err != nil || field(t, ev, "type") != "RUN_ERROR" || field(t, ev, "code") != "AGUARD_SHUTDOWN" {
+		t.Fatalf("after Close: %q %v", ev, err)
+	}
+	if _, err := f.next(); err != io.EOF {
+		t.Fatalf("stream did not end after RUN_ERROR: %v", err)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the agent's request was not cancelled")
+	}
+}

@@ -246,14 +246,29 @@ func (p *Proxy) Drain(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the server and closes every connection.
+// Close stops the server and closes every connection. Streams still running
+// (Drain first to let them finish) end as when the drain timeout runs out,
+// with RUN_ERROR AGUARD_SHUTDOWN; Close waits up to 5 s for them to write it.
 func (p *Proxy) Close() error {
 	err := p.server.Shutdown()
+	p.mu.Lock()
+	p.closed = true
+	p.aborted = true // a stream starting now ends at once
+	running := make([]*stream, 0, len(p.streams))
+	for s := range p.streams {
+		running = append(running, s)
+	}
+	p.mu.Unlock()
+	for _, s := range running {
+		go s.interrupt(errShutdown)
+	}
+	for deadline := time.Now().Add(5 * time.Second); p.inFlight() > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, u := range p.upstreams {
 		u.client.CloseIdleConnections()
 	}
 	p.mu.Lock()
-	p.closed = true
 	h := p.hangups
 	p.hangups = nil
 	p.mu.Unlock()
