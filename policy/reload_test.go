@@ -186,8 +186,13 @@ func TestWatch(t *testing.T) {
 		t.Errorf("broken policy logged %d times, want once", n)
 	}
 
+	loaded := strings.Count(logs.String(), "policy loaded")
 	writeAtomic(t, dir, constPolicy(`{"action": "allow", "reason": "v3"}`))
-	waitFor(t, "the fixed policy", func() bool { _, err := e.Status(); return err == nil })
+	// The load is logged just after Status reports it: wait for both.
+	waitFor(t, "the fixed policy", func() bool {
+		_, err := e.Status()
+		return err == nil && strings.Count(logs.String(), "policy loaded") > loaded
+	})
 	if got := reasonOf(t, e); got != "v3" {
 		t.Errorf("reason %q after the fix, want v3", got)
 	}
