@@ -33,9 +33,10 @@ func (e idleError) Error() string {
 // stream is one consumer's event stream. Its pump goroutine owns the
 // upstream body and reads it inline: an event goes from the agent's socket
 // through the checks to the consumer's socket without changing goroutine.
-// What can end a stream from outside — the consumer leaving (watchConsumer),
-// the drain timeout (Proxy.Drain), the agent going silent (tick) — closes the
-// upstream body, which interrupts the pump's blocked read.
+// What can end a stream from outside — the consumer leaving (watchConsumer,
+// hangup.go), the drain timeout (Proxy.Drain) or Close, the agent going
+// silent (tick) — closes the upstream body, which interrupts the pump's
+// blocked read.
 //
 // Output is written to the hijacked connection as HTTP/1.1 chunks, flushed
 // just before each upstream read: no event waits for the agent's next bytes,
@@ -189,9 +190,10 @@ func ownConn(c net.Conn) (net.Conn, error) {
 	return net.FileConn(f)
 }
 
-// run serves the stream on the hijacked connection, in its own goroutine,
-// after the handler has returned; it must not touch the RequestCtx. It
-// closes the connection when the stream is over.
+// run serves the stream on the hijacked connection (usually its own
+// duplicate, in its own goroutine, after the hijack handler has returned);
+// it must not touch the RequestCtx. It closes the connection when the stream
+// is over.
 func (s *stream) run(c net.Conn) {
 	p := s.p
 	defer p.leave()
