@@ -8,6 +8,7 @@
 #
 #   bash bench/soak.sh                          # 10 minutes, 500 streams
 #   DURATION=60 STREAMS=100 bash bench/soak.sh  # a quick one
+#   AGUARD_ARGS="--ledger-cache 10000" bash bench/soak.sh   # more flags for aguard serve
 #
 # Loopback only; every process it starts is stopped on exit. Needs
 # redis-server (installed with apt-get when missing) and Go.
@@ -47,7 +48,7 @@ PIDS+=($!)
 "$BIN/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
 PIDS+=($!)
 "$BIN/aguard" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$AGUARD_PORT" \
-	--admin-listen "127.0.0.1:$ADMIN_PORT" --redis "redis://127.0.0.1:$REDIS_PORT/0" --log-format json >"$WORK/aguard.log" 2>&1 &
+	--admin-listen "127.0.0.1:$ADMIN_PORT" --redis "redis://127.0.0.1:$REDIS_PORT/0" --log-format json ${AGUARD_ARGS:-} >"$WORK/aguard.log" 2>&1 &
 AGUARD_PID=$!
 PIDS+=("$AGUARD_PID")
 for port in "$REDIS_PORT" "$SIM_PORT" "$AGUARD_PORT" "$ADMIN_PORT"; do

@@ -35,6 +35,7 @@ type Config struct {
 	Policy              string
 	ApprovalTimeout     time.Duration
 	Redis               string
+	LedgerCache         int
 	ClientToolTimeout   time.Duration
 	Webhooks            []string
 	WebhookSecret       string
@@ -123,6 +124,15 @@ var Flags = []Flag{
 				return fmt.Errorf("want a redis:// URL, got %q", v)
 			}
 			c.Redis = v
+			return nil
+		}},
+	{"ledger-cache", "100000", "tool-call records the ledger keeps in memory, and as many threads; past it the oldest are evicted (read back from Redis when needed; gone without --redis)",
+		func(c *Config, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("want a positive number of records, got %q", v)
+			}
+			c.LedgerCache = n
 			return nil
 		}},
 	{"client-tool-timeout", "24h", "time the application has to answer a pending frontend call (clientToolDeadlineAt)",

@@ -66,7 +66,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	go engine.Watch(ctx, policyPoll)
 	// Redis being down at start is not fatal: the store starts degraded and
 	// catches up when Redis answers.
-	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, Logger: log, Registerer: reg})
+	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, CacheSize: cfg.LedgerCache, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
