@@ -28,11 +28,12 @@ func (p *Proxy) watchConsumer(c net.Conn, s *stream) (stop func()) {
 }
 
 // hangupSet is the proxy's shared watcher, started with the first stream;
-// nil where there is none, or once the proxy is closed.
+// nil where there is none. None is started once streams are being aborted
+// (Close would not see it).
 func (p *Proxy) hangupSet() *hangups {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.hangups == nil && !p.hangupsTried && !p.closed {
+	if p.hangups == nil && !p.hangupsTried && !p.aborted {
 		p.hangupsTried = true
 		h, err := newHangups()
 		if err != nil {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"github.com/aguard/aguard/agui"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -78,9 +79,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// count looks a per-type counter up without allocating; the maps are never
-// written after NewMetrics.
-func count(m map[string]prometheus.Counter, typ string) {
+// countEvent counts an event of type typ: TEXT_MESSAGE_CONTENT in batched
+// (a stream's own count, added to the shared counter later: see counts),
+// other types in their shared counter in m, looked up without allocating
+// (the maps are never written after NewMetrics).
+func countEvent(m map[string]prometheus.Counter, batched *float64, typ string) {
+	if typ == agui.EventTextContent {
+		*batched++
+		return
+	}
 	c, ok := m[typ]
 	if !ok {
 		c = m["OTHER"]

@@ -120,8 +120,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	active  int                  // streams and requests in flight
 	streams map[*stream]struct{} // streams running
-	aborted bool                 // the drain timeout has run out
-	closed  bool
+	aborted bool                 // the drain timeout has run out, or Close was called
 	// hangups watches the consumers of running streams (see hangup.go);
 	// started with the first stream.
 	hangups      *hangups
@@ -226,34 +225,19 @@ func (p *Proxy) Drain(ctx context.Context) error {
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			p.mu.Lock()
-			p.aborted = true
-			running := make([]*stream, 0, len(p.streams))
-			for s := range p.streams {
-				running = append(running, s)
-			}
-			p.mu.Unlock()
-			for _, s := range running {
-				go s.interrupt(errShutdown)
-			}
-			deadline := time.Now().Add(5 * time.Second)
-			for p.inFlight() > 0 && time.Now().Before(deadline) {
-				<-tick.C
-			}
+			p.abortStreams()
 			return ctx.Err()
 		}
 	}
 	return nil
 }
 
-// Close stops the server and closes every connection. Streams still running
-// (Drain first to let them finish) end as when the drain timeout runs out,
-// with RUN_ERROR AGUARD_SHUTDOWN; Close waits up to 5 s for them to write it.
-func (p *Proxy) Close() error {
-	err := p.server.Shutdown()
+// abortStreams ends every running stream with RUN_ERROR AGUARD_SHUTDOWN
+// (a stream starting from now on ends at once) and waits up to 5 s for them
+// to write it.
+func (p *Proxy) abortStreams() {
 	p.mu.Lock()
-	p.closed = true
-	p.aborted = true // a stream starting now ends at once
+	p.aborted = true
 	running := make([]*stream, 0, len(p.streams))
 	for s := range p.streams {
 		running = append(running, s)
@@ -263,8 +247,16 @@ func (p *Proxy) Close() error {
 		go s.interrupt(errShutdown)
 	}
 	for deadline := time.Now().Add(5 * time.Second); p.inFlight() > 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Close stops the server and closes every connection. Streams still running
+// (Drain first to let them finish) end as when the drain timeout runs out,
+// with RUN_ERROR AGUARD_SHUTDOWN; Close waits up to 5 s for them to write it.
+func (p *Proxy) Close() error {
+	err := p.server.Shutdown()
+	p.abortStreams()
 	for _, u := range p.upstreams {
 		u.client.CloseIdleConnections()
 	}

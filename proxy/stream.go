@@ -165,11 +165,11 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 		// the server has both back at once, for its next request. Nothing
 		// buffered is lost: an SSE consumer sends nothing after its request,
 		// and the connection is closed when the stream ends.
-		if own, err := ownConn(c); err == nil && !p.shareConns.Load() {
-			go s.run(own)
-			return
-		} else if err == nil {
-			own.Close()
+		if !p.shareConns.Load() {
+			if own, err := ownConn(c); err == nil {
+				go s.run(own)
+				return
+			}
 		}
 		s.run(c) // no descriptor to duplicate (TLS, or no platform support)
 	})
@@ -313,19 +313,11 @@ func (s *stream) emit(out *Output, in int, end string) string {
 	defer s.wmu.Unlock()
 	if out.InType != "" {
 		s.c.bytesIn += float64(in)
-		if out.InType == agui.EventTextContent {
-			s.c.textIn++
-		} else {
-			count(s.p.m.eventsIn, out.InType)
-		}
+		countEvent(s.p.m.eventsIn, &s.c.textIn, out.InType)
 	}
 	for _, ev := range out.Events {
 		s.out = sse.AppendFrame(s.out, ev.JSON)
-		if ev.Type == agui.EventTextContent {
-			s.c.textOut++
-		} else {
-			count(s.p.m.eventsOut, ev.Type)
-		}
+		countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
 	}
 	if end != "" {
 		s.flushCountsLocked(0) // before the consumer can see the end
