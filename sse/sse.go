@@ -74,14 +74,8 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 // stays one event: a consumer joins the lines back with LF, and no line
 // ending inside data can end the event or start another.
 func AppendFrame(dst, data []byte) []byte {
-	if bytes.IndexByte(data, '\n') < 0 && bytes.IndexByte(data, '\r') < 0 {
-		// One line, as compact JSON always is.
-		dst = append(dst, "data: "...)
-		dst = append(dst, data...)
-		return append(dst, "\n\n"...)
-	}
 	for {
-		i := bytes.IndexAny(data, "\r\n")
+		i := lineEnd(data)
 		if i < 0 {
 			break
 		}
@@ -96,6 +90,21 @@ func AppendFrame(dst, data []byte) []byte {
 	dst = append(dst, "data: "...)
 	dst = append(dst, data...)
 	return append(dst, "\n\n"...)
+}
+
+// lineEnd is the index of the first CR or LF in data, or -1. Two IndexByte
+// scans (vectorised) are much faster than IndexAny on the one-line data,
+// compact JSON, that nearly every frame holds.
+func lineEnd(data []byte) int {
+	lf := bytes.IndexByte(data, '\n')
+	before := data
+	if lf >= 0 {
+		before = data[:lf]
+	}
+	if cr := bytes.IndexByte(before, '\r'); cr >= 0 {
+		return cr
+	}
+	return lf
 }
 
 // WriteFrame writes one event frame (see AppendFrame) to w. It does not
