@@ -305,14 +305,16 @@ figure() {
 		END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
 }
 for t in "${TARGETS[@]}"; do
-	median=$(for r in $(seq "$PACED_ROUNDS"); do echo "$(figure "$RES/paced-r$r-$t.json") $r"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
+	figures=()
+	for r in $(seq "$PACED_ROUNDS"); do
+		figures+=("$(figure "$RES/paced-r$r-$t.json")")
+	done
+	# The round of the median figure (rounds are numbered from 1).
+	median=$(for i in "${!figures[@]}"; do echo "${figures[$i]} $((i + 1))"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
 	cp "$RES/paced-r$median-$t.json" "$RES/paced-$t.json"
 	cp "$RES/paced-r$median-$t.noise" "$RES/paced-$t.noise"
-	rounds=""
-	for r in $(seq "$PACED_ROUNDS"); do
-		rounds+="${rounds:+ / }$(figure "$RES/paced-r$r-$t.json")"
-	done
-	PACED_ROUNDS_TEXT+="${PACED_ROUNDS_TEXT:+; }$t $rounds"
+	rounds=$(printf ' / %s' "${figures[@]}")
+	PACED_ROUNDS_TEXT+="${PACED_ROUNDS_TEXT:+; }$t ${rounds# / }"
 done
 for t in "${TARGETS[@]}"; do
 	measure tools "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
