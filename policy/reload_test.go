@@ -1,34 +1,16 @@
 package policy
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 const brokenPolicy = "package aguard\n\ndecision := {\"action\": \"deny\"}\n\ndeny {\n  true\n}\n"
 
@@ -150,7 +132,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestWatch(t *testing.T) {
 	dir := policyDir(t, constPolicy(`{"action": "allow", "reason": "v1"}`))
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	e := newEngine(t, Options{Dir: dir, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

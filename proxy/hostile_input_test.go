@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,25 +12,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/syncbuf"
 )
-
-// syncBuffer is a log sink safe for the stream goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHostileToolDataStaysData pins that tool arguments, results and ids
 // carrying SSE framing, markup and control characters reach the consumer
@@ -52,7 +35,7 @@ func TestHostileToolDataStaysData(t *testing.T) {
 	for _, e := range events {
 		body.WriteString(frame(e))
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := newHarness(t, sseAgent(body.String()), func(o *Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})

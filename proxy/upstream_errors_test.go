@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/syncbuf"
 )
 
 type errorBody struct {
@@ -154,7 +156,7 @@ func TestRequestForwarded(t *testing.T) {
 		uri    string
 	}
 	got := make(chan seen, 1)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		got <- seen{string(b), r.Header.Clone(), r.URL.RequestURI()}
