@@ -44,7 +44,21 @@ echo "== go test -race"
 go test -race -count=1 ./...
 
 echo "== fuzzing each parser for $fuzztime"
-fuzz() { go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" "$1"; }
+# Go minimizes every input that finds new coverage, for up to 60 s by
+# default; a target that spends its time there tests nothing. Minimizing is
+# capped, and each target must run at least min_execs inputs.
+min_execs=${FUZZ_MIN_EXECS:-1000}
+fuzz() {
+  local out execs
+  out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$1" 2>&1) || { echo "$out"; return 1; }
+  execs=$(echo "$out" | sed -n 's/.*execs: \([0-9]*\).*/\1/p' | tail -n 1)
+  echo "$1 $2: ${execs:-0} executions in $fuzztime"
+  if [ "${execs:-0}" -lt "$min_execs" ]; then
+    echo "$out" >&2
+    echo "$2 made no real progress: ${execs:-0} executions (want at least $min_execs)" >&2
+    return 1
+  fi
+}
 fuzz ./sse FuzzEvents
 fuzz ./agui FuzzScan
 fuzz ./agui FuzzParseRunInput
