@@ -1,14 +1,14 @@
 package agui
 
 // This file tracks chunk expansion as the 1.0 client's transformChunks does it
-// (digest §3.4). aguard forwards chunks as chunks; it only has to know which
+// (@ag-ui/client 1.0.0). aguard forwards chunks as chunks; it only has to know which
 // START/CONTENT/END events the consumer will synthesise from them, so that the
 // sequence rules (seq.go) see the same stream the consumer's verifier sees.
 //
 // "A consumer MUST expand chunks as the streaming pattern specifies: the first
 // chunk MUST carry toolCallId and toolCallName, and a continuation repeating
-// toolCallName or parentMessageId with a conflicting value is fatal" (seed 000,
-// TOOL_CALL_CHUNK).
+// toolCallName or parentMessageId with a conflicting value is fatal" (https://docs.ag-ui.com,
+// Tool Calls, TOOL_CALL_CHUNK).
 
 type laneKind uint8
 

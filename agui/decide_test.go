@@ -34,7 +34,7 @@ const (
 )
 
 // TestVerdictsInTheStream pins what each verdict does to the stream the
-// consumer receives (design §3).
+// consumer receives (README, "In the stream").
 func TestVerdictsInTheStream(t *testing.T) {
 	denied := `{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":"c1","toolCallName":"confirm","reason":"rule for confirm","decisionId":"d-c1"}}`
 	declined := `{"type":"TOOL_CALL_RESULT","messageId":"aguard-declined-c1","toolCallId":"c1","role":"tool","content":"Declined by policy: rule for confirm"}`

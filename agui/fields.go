@@ -9,10 +9,10 @@ import (
 )
 
 // This file is the event schema table: for each of the 31 AG-UI 1.0 event
-// types (reference digest §1), and for the retired THINKING_* events the 1.0
-// client still translates (§3.2), the top-level fields the protocol defines
-// and the shape each must have. The official client's enforcement stage
-// (§3.3) treats "a known field holding a wrong value" as fatal — a number id,
+// types (https://docs.ag-ui.com, the 1.0 schema), and for the retired
+// THINKING_* events the 1.0 client still translates, the top-level fields the
+// protocol defines and the shape each must have. The official client's
+// enforcement stage (enforceEvents) treats "a known field holding a wrong value" as fatal — a number id,
 // a null optional, a missing required field, a wrong enum value — and so does
 // the Stream. Unknown fields are not checked: they pass through.
 
@@ -52,7 +52,7 @@ type field struct {
 	kind kind
 	req  bool
 	// nullOK: a null here is tolerated and means "absent" (the compat nulls
-	// of the 1.0 client, reference §3.2).
+	// of the 1.0 client's compatibility layer).
 	nullOK bool
 	enum   []string
 }
@@ -68,7 +68,7 @@ func req(name string, k kind) field          { return field{name: name, kind: k,
 func nullable(name string, k kind) field     { return field{name: name, kind: k, nullOK: true} }
 func enum(name string, vals ...string) field { return field{name: name, kind: kEnum, enum: vals} }
 
-// base is the envelope every event has (digest §1.1); attributable events
+// base is the envelope every event has (BaseEvent); attributable events
 // add subagentRunId, which is never null.
 func base(attributable bool, fs ...field) []field {
 	out := []field{req("type", kString), f("timestamp", kInt), nullable("rawEvent", kAnyNonNil), f("metadata", kObject)}
@@ -111,7 +111,7 @@ const (
 	tSubagentStarted    = "SUBAGENT_STARTED"
 	tSubagentFinished   = "SUBAGENT_FINISHED"
 	tSubagentError      = "SUBAGENT_ERROR"
-	// Retired 0.x events the 1.0 client translates to REASONING_* (§3.2).
+	// Retired 0.x events the 1.0 client translates to REASONING_*.
 	tThinkingStart     = "THINKING_START"
 	tThinkingEnd       = "THINKING_END"
 	tThinkingTextStart = "THINKING_TEXT_MESSAGE_START"
@@ -172,7 +172,7 @@ func specFor(typ []byte) *eventSpec {
 	return nil
 }
 
-// Nested shapes (digest §1.10, §2).
+// Nested shapes: outcomes, interrupts, messages, parts, tools (the 1.0 schema).
 var (
 	usageFields = []field{f("provider", kString), f("model", kString), f("inputTokens", kUint), f("outputTokens", kUint),
 		f("totalTokens", kUint), f("reasoningTokens", kUint), f("cachedInputTokens", kUint), f("cacheWriteInputTokens", kUint)}
@@ -184,7 +184,7 @@ var (
 	textPartFields         = []field{f("type", kString), f("id", kString), req("text", kString), f("metadata", kAnyNonNil)}
 	mediaPartFields        = []field{f("type", kString), f("id", kString), req("source", kSource), f("metadata", kAnyNonNil)}
 	// Inside messages, the 1.0 client's compat layer removes a null media
-	// metadata (§3.2).
+	// metadata.
 	mediaPartFieldsCompat = []field{f("type", kString), f("id", kString), req("source", kSource), nullable("metadata", kAnyNonNil)}
 	dataSourceFields      = []field{f("type", kString), req("value", kString), req("mimeType", kString)}
 	urlSourceFields       = []field{f("type", kString), req("value", kString), f("mimeType", kString)}
@@ -217,8 +217,8 @@ var (
 	subOutcomeArms = map[string][]field{"success": {f("type", kString)}, "suspended": suspendedOutcomeFields}
 	sourceArms     = map[string][]field{"data": dataSourceFields, "url": urlSourceFields, "file": fileSourceFields}
 	runOutcomeArms = map[string][]field{"success": successOutcomeFields, "interrupt": interruptOutcomeFields, "cancelled": {f("type", kString)}}
-	// inputFields is RunAgentInput as aguard reads it (digest §2.1), with the
-	// whole-value nulls the 1.0 client tolerates on the echo (§3.2).
+	// inputFields is RunAgentInput as aguard reads it, with the whole-value
+	// nulls the 1.0 client's compatibility layer tolerates on the echo.
 	inputFields = []field{req("threadId", kString), req("runId", kString), f("protocolVersion", kString), f("parentRunId", kString),
 		nullable("state", kAny), req("messages", kMessages), f("tools", kTools), f("context", kContexts),
 		nullable("forwardedProps", kAnyNonNil), f("resume", kResume)}
@@ -428,8 +428,8 @@ func objectOf(fs []field) func(*fastjson.Value) *fieldError {
 	}
 }
 
-// checkUnion checks a union discriminated by "type". As in the 1.0 client
-// (§3.3), a member whose type is unknown or missing is unrecognised material,
+// checkUnion checks a union discriminated by "type". As in the 1.0 client's
+// enforceEvents, a member whose type is unknown or missing is unrecognised material,
 // not an error; a value that is not an object is.
 func checkUnion(v *fastjson.Value, arms map[string][]field) *fieldError {
 	if v.Type() != fastjson.TypeObject {
@@ -495,8 +495,8 @@ func isJSONPointer(p []byte) bool {
 }
 
 // checkContent checks a tool result's or message's content: a string or an
-// array of content parts, each an object with a string type (seed 000,
-// "Result content").
+// array of content parts, each an object with a string type
+// (https://docs.ag-ui.com, Tool Calls, Result content).
 func checkContent(v *fastjson.Value, media []field) *fieldError {
 	if v.Type() == fastjson.TypeString {
 		return nil
@@ -524,7 +524,7 @@ func checkContent(v *fastjson.Value, media []field) *fieldError {
 
 // checkMessage checks one message of a history (RunAgentInput.messages, the
 // RUN_STARTED echo, MESSAGES_SNAPSHOT): an object with a string id and role,
-// and the fields of its role (digest §2.2). An unknown role is unrecognised
+// and the fields of its role (the 1.0 schema's Message). An unknown role is unrecognised
 // material for the 1.0 client; its members are not checked.
 func checkMessage(v *fastjson.Value) *fieldError {
 	if v.Type() != fastjson.TypeObject {

@@ -7,7 +7,7 @@ import (
 
 // TestPendingList pins RUN_FINISHED's outcome.pendingToolCallIds: exactly the
 // calls started in this run and not answered by a forwarded TOOL_CALL_RESULT,
-// in first-START order (seed 000, Frontend tools).
+// in first-START order (https://docs.ag-ui.com, Tool Calls, Frontend tools).
 func TestPendingList(t *testing.T) {
 	const (
 		startA = `{"type":"TOOL_CALL_START","toolCallId":"a","toolCallName":"confirm"}`
