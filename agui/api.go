@@ -96,8 +96,10 @@ type Options struct {
 const (
 	// PhaseToolCallEnd: the call's arguments are complete (TOOL_CALL_END,
 	// or the end of its chunk stream). "A consumer MUST NOT act on the
-	// arguments before TOOL_CALL_END" (seed 000), so nothing is decided
-	// earlier.
+	// arguments before TOOL_CALL_END" (https://docs.ag-ui.com, Tool Calls),
+	// so nothing is decided earlier. A call that replayed messages (a
+	// snapshot, the input echo) introduce is decided when they arrive, with
+	// the arguments they carry.
 	PhaseToolCallEnd = "tool_call_end"
 	// PhaseRunFinished: the run finished with the call unanswered and the
 	// call names a tool the run input did not advertise.
@@ -149,14 +151,18 @@ type Verdict struct {
 // Decider decides tool calls. The Stream calls it synchronously, from Feed,
 // once per call and phase; the proxy adapts the policy engine to it.
 //
-// What the Stream does with a Verdict (design §3): a denied frontend call is
-// followed by CUSTOM aguard.tool_call_denied and a TOOL_CALL_RESULT stating
-// the denial, so it is no longer pending; a denied agent-side call ends the
-// stream with RUN_ERROR AGUARD_POLICY_DENIED; a frontend call that requires
-// approval is followed by CUSTOM aguard.approval_required and stays pending.
-// An agent-side call cannot be held for approval (the agent executes it
-// itself), so requiring approval of one denies it. At PhaseRunFinished a
-// denied call is declined like a denied frontend call, before RUN_FINISHED.
+// What the Stream does with a Verdict (README, "In the stream"): a denied
+// frontend call is followed by CUSTOM aguard.tool_call_denied and a
+// TOOL_CALL_RESULT stating the denial, so it is no longer pending (and the
+// decline is kept in later snapshots, which would otherwise take it from the
+// consumer); a denied agent-side call ends the stream with RUN_ERROR
+// AGUARD_POLICY_DENIED; a frontend call that requires approval is followed by
+// CUSTOM aguard.approval_required and stays pending. An agent-side call
+// cannot be held for approval (the agent executes it itself), so requiring
+// approval of one denies it. At PhaseRunFinished a denied call is declined
+// like a denied frontend call, before RUN_FINISHED. For a call that first
+// appears in replayed messages (a MESSAGES_SNAPSHOT, the RUN_STARTED input
+// echo), these events follow the event that carried it.
 type Decider interface {
 	Decide(c *Call) Verdict
 }
@@ -166,15 +172,20 @@ type CallEventKind string
 
 // What happens to a tool call over a run, in order.
 const (
-	// CallStarted: the first TOOL_CALL_START (or chunk) of the call.
+	// CallStarted: the first TOOL_CALL_START (or chunk) of the call, or
+	// the replayed messages (a MESSAGES_SNAPSHOT, the RUN_STARTED input
+	// echo) that carry a call neither the input nor the stream had: the run
+	// started it.
 	CallStarted CallEventKind = "started"
-	// CallArgumentsComplete: TOOL_CALL_END, or the end of its chunk stream.
-	// Arguments holds the complete argument text.
+	// CallArgumentsComplete: TOOL_CALL_END, or the end of its chunk stream,
+	// or the replayed messages that started it. Arguments holds the complete
+	// argument text.
 	CallArgumentsComplete CallEventKind = "arguments_complete"
 	// CallDecided: the Decider's verdict. Not reported for calls allowed
 	// because there is no Decider.
 	CallDecided CallEventKind = "decided"
-	// CallAnswered: a TOOL_CALL_RESULT for the call reached the consumer.
+	// CallAnswered: a TOOL_CALL_RESULT for the call reached the consumer,
+	// or, for a call replayed messages started, a tool message for it did.
 	// Content holds its content (a JSON string or array of parts).
 	CallAnswered CallEventKind = "answered"
 )
@@ -203,8 +214,9 @@ type RunEnd struct {
 	// "success" (also when absent), "interrupt", "cancelled", or another
 	// type the producer sent.
 	Outcome string
-	// Pending are the calls the run started and left unanswered, in start
-	// order: what RUN_FINISHED tells a 1.0 consumer is pending.
+	// Pending are the calls the run started (streamed, or first seen in
+	// replayed messages) and left unanswered, in start order: what
+	// RUN_FINISHED tells a 1.0 consumer is pending.
 	Pending []string
 	// Interrupts are the interrupt outcome's interrupts.
 	Interrupts []Interrupt

@@ -300,22 +300,3 @@ func (s *Stream) encryptedValue(e *ev, t tag) *violation {
 	}
 	return nil
 }
-
-func (s *Stream) markFrontend(id []byte) {
-	if _, ok := s.frontend[string(id)]; ok || len(s.frontend) >= maxFrontendIDs {
-		return
-	}
-	s.frontend[string(id)] = struct{}{}
-}
-
-// isFrontendCall reports whether id is known to call an advertised tool.
-func (s *Stream) isFrontendCall(id []byte) bool {
-	if _, ok := s.frontend[string(id)]; ok {
-		return true
-	}
-	if s.in == nil {
-		return false
-	}
-	_, ok := s.in.frontendCalls[string(id)]
-	return ok
-}

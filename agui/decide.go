@@ -1,7 +1,7 @@
 package agui
 
-// This file applies a Decider's verdicts to the stream (design §3, the
-// policy rows of the stream-side table).
+// This file applies a Decider's verdicts to the stream (README, "In the
+// stream": the policy rows).
 
 // decideEnded asks the Decider about every call whose arguments completed
 // during the current event, and emits what each verdict calls for. Events
@@ -29,7 +29,8 @@ func (s *Stream) decideEnded(b *Batch, typ string) {
 // the run that names a tool the input did not advertise and is still
 // unanswered: left as it is, the consumer would take it for a pending call of
 // its own. "A call naming a tool that was not advertised SHOULD NOT be
-// executed without the same scrutiny a new tool would get" (seed 000).
+// executed without the same scrutiny a new tool would get"
+// (https://docs.ag-ui.com, Tool Calls, Security Considerations).
 func (s *Stream) decideUnadvertised(b *Batch) {
 	if s.opts.Decider == nil {
 		return
@@ -84,10 +85,12 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 	}
 	// aguard declines the call for the application: "the application
 	// disposes of each unanswered frontend call — executing it, or declining
-	// it" and "a call the user declined is answered by saying so" (seed 000).
+	// it" and "a call the user declined is answered by saying so"
+	// (https://docs.ag-ui.com, Tool Calls, Frontend tools).
 	s.emit(b, tCustom, s.denied(c, v))
 	s.emit(b, tToolResult, s.declineResult(c, v))
 	s.answered[c.id] = struct{}{}
+	s.recordDecline(c, v)
 }
 
 // withTag appends the call owner's subagentRunId, so that aguard's events

@@ -50,7 +50,26 @@ var genTemplates = []string{
 	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d","timestamp":1}`,
 	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":"d" }`,
 	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"%i","delta":1}`,
+	// What a LangGraph agent replays: calls seen only in a snapshot (with
+	// the ToolNode's made-up answer), two calls in one message, an
+	// agent-side call answered there, the application's answer (tool
+	// message "ta" of fuzzHistory) replayed next to a made-up one, and the
+	// same in the input echo.
+	`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"s%i","role":"assistant","content":"t","toolCalls":[{"id":"%i","type":"function","function":{"name":"confirm","arguments":"{}"}}]},{"id":"f%i","role":"tool","toolCallId":"%i","content":"Error: Tool \"confirm\" not found"}]}`,
+	`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"%i","role":"assistant","toolCalls":[{"id":"%i","type":"function","function":{"name":"confirm","arguments":"{}"}},{"id":"z%i","type":"function","function":{"name":"confirm","arguments":"x"}}]}]}`,
+	`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"s%i","role":"assistant","toolCalls":[{"id":"%i","type":"function","function":{"name":"search","arguments":"{}"}}],"subagentRunId":"s1"},{"id":"r%i","role":"tool","toolCallId":"%i","content":"found"}]}`,
+	`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"h","role":"assistant","toolCalls":[{"id":"a","type":"function","function":{"name":"confirm","arguments":"{}"}}]},{"id":"ta","role":"tool","toolCallId":"a","content":"yes"},{"id":"f%i","role":"tool","toolCallId":"a","content":"Error"}]}`,
+	`{"type":"RUN_STARTED","threadId":"t","runId":"r","input":{"threadId":"t","runId":"r","messages":[{"id":"e%i","role":"assistant","toolCalls":[{"id":"%i","type":"function","function":{"name":"confirm","arguments":"{}"}}]},{"id":"x%i","role":"tool","toolCallId":"%i","content":"made up"},{"id":"ta","role":"tool","toolCallId":"a","content":"yes"}]}}`,
+	`{"type":"TOOL_CALL_RESULT","messageId":"ta","toolCallId":"a","content":"yes"%t}`,
+	`{"type":"TOOL_CALL_START","toolCallId":"%i","toolCallName":"confirm","parentMessageId":"s%i"%t}`,
+	`{"type":"RUN_FINISHED","threadId":"t","runId":"other-%i"}`,
 }
+
+// fuzzHistory is a run input whose history holds the frontend call "a",
+// answered by the application (tool message "ta").
+const fuzzHistory = `{"threadId":"t","runId":"r","protocolVersion":"1.0","messages":[{"id":"u","role":"user","content":"hi"},` +
+	`{"id":"h","role":"assistant","toolCalls":[{"id":"a","type":"function","function":{"name":"confirm","arguments":"{}"}}]},` +
+	`{"id":"ta","role":"tool","toolCallId":"a","content":"yes"}],"tools":[{"name":"confirm","description":"d"}]}`
 
 // generate turns fuzz bytes into a plausible event sequence: each pair of
 // bytes picks a template, an id and a tag.
@@ -100,6 +119,11 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	}
 	s.End(nil, &b)
 	collect()
+	if !opts.Monitor {
+		if err := checkConsumerView(in, outs); err != nil {
+			t.Fatalf("%v\nin:\n%s\nout:\n%s", err, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))
+		}
+	}
 	if err := aguicheck.Check(outs); err != nil {
 		t.Fatalf("output rejected: %v\nin:\n%s\nout:\n%s", err, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))
 	}
@@ -143,14 +167,20 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte{0, 0, 9, 1, 11, 1, 12, 1, 15, 1, 1, 0})
 	f.Add([]byte{0, 0, 13, 5, 14, 0, 13, 10, 14, 0, 1, 0})
 	f.Add([]byte{0, 0, 7, 4, 8, 0, 18, 9, 23, 1, 2, 1})
+	f.Add([]byte{0, 0, 36, 1, 37, 2, 1, 0, 0, 1, 39, 1, 41, 3, 1, 0})
+	f.Add([]byte{40, 1, 38, 0, 42, 1, 43, 2, 44, 3, 1, 0, 45, 0})
 	in, err := ParseRunInput([]byte(inputJSON))
+	if err != nil {
+		f.Fatal(err)
+	}
+	hist, err := ParseRunInput([]byte(fuzzHistory))
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkRun(t, in, bytes.Split(data, []byte("\n")), Options{})
 		checkRun(t, in, generate(data), Options{})
-		checkRun(t, in, generate(data), Options{Decider: fuzzDecider{}})
+		checkRun(t, hist, generate(data), Options{Decider: fuzzDecider{}})
 		sameAsSlowPath(t, in, generate(data), Options{Monitor: true})
 		// Monitor mode never ends the stream on its own and never panics.
 		s := NewStream(in, Options{Monitor: true})

@@ -28,6 +28,17 @@ type result struct {
 	out   []string
 	notes []Note
 	done  bool
+	calls []CallEvent // byte slices copied
+	runs  []RunEnd
+}
+
+// callKinds lists the calls reported, as "kind id" strings.
+func (r result) callKinds() []string {
+	var ks []string
+	for _, c := range r.calls {
+		ks = append(ks, string(c.Kind)+" "+c.ID)
+	}
+	return ks
 }
 
 func (r result) last() string {
@@ -57,6 +68,17 @@ func feed(t testing.TB, in *RunInput, opts Options, end bool, events ...string) 
 			r.out = append(r.out, string(e.JSON))
 		}
 		r.notes = append(r.notes, b.Notes...)
+		for _, c := range b.Calls {
+			c.Arguments = append([]byte(nil), c.Arguments...)
+			c.Content = append([]byte(nil), c.Content...)
+			r.calls = append(r.calls, c)
+		}
+		if b.Run.Kind != "" {
+			run := b.Run
+			run.Pending = append([]string(nil), run.Pending...)
+			run.Interrupts = append([]Interrupt(nil), run.Interrupts...)
+			r.runs = append(r.runs, run)
+		}
 		if b.Done {
 			r.done = true
 		}

@@ -5,7 +5,7 @@ import (
 )
 
 // RunInput is what aguard reads from a RunAgentInput (the POST body a
-// consumer sends to start a run, digest §2.1). It is immutable once parsed and
+// consumer sends to start a run). It is immutable once parsed and
 // may be shared by the Streams of one request.
 type RunInput struct {
 	// ThreadID and RunID are the input's threadId and runId.
@@ -14,7 +14,8 @@ type RunInput struct {
 	ProtocolVersion string
 	// Tools are the advertised (frontend) tools, in input order: "The tools
 	// list in run input is the application's: the agent proposes a call, the
-	// application executes it" (seed 000, "Frontend tools").
+	// application executes it" (https://docs.ag-ui.com, Tool Calls, Frontend
+	// tools).
 	Tools []Tool
 	// ToolMessages are the tool messages in messages, in order: the
 	// consumer's answers to earlier calls.
@@ -23,17 +24,18 @@ type RunInput struct {
 	Resume []ResumeEntry
 
 	tools map[string]int // name -> index in Tools (first wins)
-	// answered holds the toolCallIds of the tool messages in messages: calls
-	// the consumer answered itself.
-	answered map[string]struct{}
-	// frontendCalls holds the ids of assistant toolCalls in messages that name
-	// an advertised tool.
-	frontendCalls map[string]struct{}
+	// answers maps a toolCallId to the indexes in ToolMessages of the tool
+	// messages answering it: the application's own answers.
+	answers map[string][]int
+	// calls holds the ids of the assistant toolCalls in messages: the
+	// thread's history. The value reports that the call names an advertised
+	// tool.
+	calls map[string]bool
 }
 
 // ToolMessage is a tool message of the input: "a tool message per call, keyed
 // by toolCallId — a failure is still an answer, as a tool message with error
-// set" (seed 000, "Frontend tools").
+// set" (https://docs.ag-ui.com, Tool Calls, Frontend tools).
 type ToolMessage struct {
 	ID, ToolCallID string
 	// Content is the raw JSON of its content: a string or a list of parts.
@@ -49,7 +51,7 @@ type ResumeEntry struct {
 	Status      string // "resolved" or "cancelled"
 }
 
-// Tool is one advertised tool (digest §2.3).
+// Tool is one advertised tool.
 type Tool struct {
 	Name        string
 	Description string
@@ -108,8 +110,8 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 		RunID:           string(v.GetStringBytes("runId")),
 		ProtocolVersion: string(v.GetStringBytes("protocolVersion")),
 		tools:           map[string]int{},
-		answered:        map[string]struct{}{},
-		frontendCalls:   map[string]struct{}{},
+		answers:         map[string][]int{},
+		calls:           map[string]bool{},
 	}
 	for _, t := range v.GetArray("tools") {
 		tool := Tool{Name: string(t.GetStringBytes("name")), Description: string(t.GetStringBytes("description"))}
@@ -124,8 +126,8 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 	for _, m := range v.GetArray("messages") {
 		switch string(m.GetStringBytes("role")) {
 		case "tool":
-			in.answered[string(m.GetStringBytes("toolCallId"))] = struct{}{}
 			tm := ToolMessage{ID: string(m.GetStringBytes("id")), ToolCallID: string(m.GetStringBytes("toolCallId"))}
+			in.answers[tm.ToolCallID] = append(in.answers[tm.ToolCallID], len(in.ToolMessages))
 			if c := m.Get("content"); c != nil {
 				tm.Content = c.MarshalTo(nil)
 			}
@@ -135,9 +137,9 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 			in.ToolMessages = append(in.ToolMessages, tm)
 		case "assistant":
 			for _, tc := range m.GetArray("toolCalls") {
-				if _, ok := in.tools[string(tc.GetStringBytes("function", "name"))]; ok {
-					in.frontendCalls[string(tc.GetStringBytes("id"))] = struct{}{}
-				}
+				_, frontend := in.tools[string(tc.GetStringBytes("function", "name"))]
+				id := string(tc.GetStringBytes("id"))
+				in.calls[id] = in.calls[id] || frontend
 			}
 		}
 	}
@@ -148,7 +150,8 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 }
 
 // Legacy reports whether the consumer declared no protocolVersion: a 0.x
-// consumer, or a 1.0 client pinned below its own version (digest §0).
+// consumer, or a 1.0 client pinned below its own version
+// (https://docs.ag-ui.com, Versioning).
 func (in *RunInput) Legacy() bool { return in.ProtocolVersion == "" }
 
 // Tool returns the advertised tool called name.
@@ -182,11 +185,42 @@ func (in *RunInput) isFrontendName(name string) bool {
 	return ok
 }
 
-// consumerAnswered reports whether the input carries a tool message for id.
-func (in *RunInput) consumerAnswered(id []byte) bool {
+// hasCall reports whether the input's history carries the call id, and
+// whether that call names an advertised tool.
+func (in *RunInput) hasCall(id []byte) (known, frontend bool) {
 	if in == nil {
-		return false
+		return false, false
 	}
-	_, ok := in.answered[string(id)]
-	return ok
+	frontend, known = in.calls[string(id)]
+	return known, frontend
+}
+
+// ownAnswer reports whether a tool message answering call — with message id
+// msgID and content (nil when absent) — is one the application sent in this
+// run's input: one of its tool messages for that call with the same id or,
+// where either id is absent (empty), the same content. scratch is reused for
+// the content's text and returned.
+func (in *RunInput) ownAnswer(call, msgID []byte, content *fastjson.Value, scratch []byte) (bool, []byte) {
+	if in == nil {
+		return false, scratch
+	}
+	idx := in.answers[string(call)]
+	text := scratch[:0]
+	haveText := false
+	for _, i := range idx {
+		tm := &in.ToolMessages[i]
+		if len(msgID) > 0 && tm.ID != "" {
+			if tm.ID == string(msgID) {
+				return true, text
+			}
+			continue
+		}
+		if !haveText && content != nil {
+			text, haveText = content.MarshalTo(text), true
+		}
+		if haveText && string(text) == string(tm.Content) {
+			return true, text
+		}
+	}
+	return false, text
 }

@@ -28,11 +28,20 @@ func TestParseRunInput(t *testing.T) {
 	if _, ok := in.Tool("search"); ok {
 		t.Fatal("search is not advertised")
 	}
-	if !in.consumerAnswered([]byte("c2")) || in.consumerAnswered([]byte("c1")) {
-		t.Fatal("answered calls wrong")
+	if own, _ := in.ownAnswer([]byte("c2"), []byte("t"), nil, nil); !own {
+		t.Fatal("t is the application's answer to c2")
 	}
-	if _, ok := in.frontendCalls["c1"]; !ok {
+	if own, _ := in.ownAnswer([]byte("c1"), []byte("t"), nil, nil); own {
+		t.Fatal("c1 has no answer")
+	}
+	if known, frontend := in.hasCall([]byte("c1")); !known || !frontend {
 		t.Fatal("c1 calls a frontend tool")
+	}
+	if known, frontend := in.hasCall([]byte("c2")); !known || frontend {
+		t.Fatal("c2 calls an agent-side tool")
+	}
+	if known, _ := in.hasCall([]byte("c9")); known {
+		t.Fatal("c9 is not in the history")
 	}
 	if !mustInput(t, `{"threadId":"t","runId":"r","messages":[]}`).Legacy() {
 		t.Fatal("no protocolVersion is legacy")

@@ -21,6 +21,45 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 			t.Fatalf("not ended by the limit: %q", b.Out)
 		}
 	})
+	t.Run("tool calls across the runs of a response", func(t *testing.T) {
+		s := NewStream(nil, Options{})
+		var b Batch
+		n := 0
+		for run := 0; !b.Done && run < 4; run++ {
+			s.Feed([]byte(runStarted), &b)
+			for i := 0; i < 60_000 && !b.Done; i++ {
+				s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":"c%d","toolCallName":"x"}`, n), &b)
+				if !b.Done {
+					s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":"c%d"}`, n), &b)
+				}
+				n++
+			}
+			if !b.Done {
+				s.Feed([]byte(runFinished), &b)
+			}
+		}
+		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) || n > maxKnownCalls+1 {
+			t.Fatalf("not ended by the limit after %d calls: %q", n, b.Out)
+		}
+	})
+	t.Run("bytes of tool-call ids across the runs of a response", func(t *testing.T) {
+		s := NewStream(nil, Options{})
+		var b Batch
+		id := strings.Repeat("i", 64<<10)
+		n := 0
+		for ; n < 200 && !b.Done; n++ {
+			s.Feed([]byte(runStarted), &b)
+			if !b.Done {
+				s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_CHUNK","toolCallId":"%s%d","toolCallName":"x"}`, id, n), &b)
+			}
+			if !b.Done {
+				s.Feed([]byte(runFinished), &b)
+			}
+		}
+		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) || n > maxKnownBytes/(64<<10)+2 {
+			t.Fatalf("not ended by the limit after %d calls", n)
+		}
+	})
 	t.Run("runs per stream", func(t *testing.T) {
 		s := NewStream(nil, Options{})
 		var b Batch

@@ -7,30 +7,40 @@ import (
 	"github.com/valyala/fastjson"
 )
 
-// This file applies seed 000's frontend-tool rules:
+// This file applies the frontend-tool rules of the AG-UI tool-calls chapter
+// (https://docs.ag-ui.com, Tool Calls, Frontend tools) to the stream:
 //
 //   - "A producer that calls a frontend tool MUST NOT answer it: no
 //     TOOL_CALL_RESULT, no fabricated tool message. The result is the
 //     application's to produce." Such answers are dropped; the call stays
-//     pending.
+//     pending. (snapshot.go does the same for replayed messages.)
 //   - "The success outcome's pendingToolCallIds names the calls left
 //     unanswered, in the order they were made. … when it does, the list MUST
 //     contain exactly the tool calls the run started and did not answer with
-//     TOOL_CALL_RESULT." aguard sets it to exactly that.
+//     TOOL_CALL_RESULT." aguard sets it to exactly that; the calls a run
+//     started include those replayed messages introduced (snapshot.go).
 //   - "It MUST use the success outcome, or none, and MUST NOT report the run
 //     as interrupted." Noted, not fatal.
 
-// fabricated reports whether a result for call id would be a producer's
-// answer to a frontend call the consumer did not answer itself.
-func (s *Stream) fabricated(id []byte) bool {
-	return s.isFrontendCall(id) && !s.in.consumerAnswered(id)
+// fabricated reports whether a TOOL_CALL_RESULT (message id mid, content)
+// answering call id would be an answer to a frontend call that is not the
+// application's own.
+func (s *Stream) fabricated(id, mid []byte, content *fastjson.Value) bool {
+	if !s.isFrontendCall(id) {
+		return false
+	}
+	var own bool
+	own, s.tbuf = s.in.ownAnswer(id, mid, content, s.tbuf)
+	return !own
 }
 
 func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	id, _ := e.str("toolCallId")
-	if s.fabricated(id) {
+	mid, _ := e.str("messageId")
+	if s.fabricated(id, mid, e.v.Get("content")) {
 		b.Notes = append(b.Notes, Note{Kind: "fabricated_result", ID: string(id),
-			Message: "TOOL_CALL_RESULT answering frontend tool call " + q(id) + " dropped: a producer MUST NOT answer a frontend call; the call stays pending"})
+			Message: "TOOL_CALL_RESULT " + jq(mid) + " answering frontend tool call " + jq(id) +
+				" dropped: it is not the application's own answer, and a producer MUST NOT answer a frontend call; the call stays pending"})
 		if !s.opts.Monitor {
 			// Dropped: the consumer never sees it, so it neither closes a
 			// chunk lane nor answers the call.
@@ -42,7 +52,6 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 		return vi
 	}
 	// The result mints a tool message; the newest mint owns the id.
-	mid, _ := e.str("messageId")
 	if m := s.run.msgs[string(mid)]; m != nil {
 		m.own = t.owner()
 	} else {
@@ -52,143 +61,21 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	if _, ok := s.answered[string(id)]; !ok {
 		s.answered[string(id)] = struct{}{}
 	}
-	if !e.drop {
-		sid, name := "", ""
-		if c := s.run.calls[string(id)]; c != nil {
-			sid, name = c.id, c.name // the call's own strings: no copy
-		} else {
-			sid = string(id)
-		}
-		var content []byte
-		if cv := e.v.Get("content"); cv != nil {
-			content = cv.MarshalTo(s.tbuf[:0])
-			s.tbuf = content
-		}
-		// Reported after the calls this result's lane closing completed
-		// (Feed), in the order the consumer sees them.
-		s.answer = CallEvent{Kind: CallAnswered, ID: sid, Name: name,
-			Frontend: s.isFrontendCall(id), Content: content}
-		s.hasAnswer = true
+	sid, name := "", ""
+	if c := s.run.calls[string(id)]; c != nil {
+		sid, name = c.id, c.name // the call's own strings: no copy
+	} else {
+		sid = string(id)
 	}
+	// Reported after the calls this result's lane closing completed
+	// (Feed), in the order the consumer sees them.
+	s.addAnswer(sid, name, s.isFrontendCall(id), e.v.Get("content"))
 	return nil
 }
 
-// scrubMessages handles the messages of a MESSAGES_SNAPSHOT (echo == false)
-// or of the RUN_STARTED input echo (echo == true): it learns which calls name
-// frontend tools, removes tool messages that answer such a call when the
-// consumer did not send them itself, and seeds the owners of the remaining
-// messages as verifyEvents does (a snapshot authoritatively, the echo only
-// for ids nothing claimed).
-func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
-	var msgs []*fastjson.Value
-	if echo {
-		msgs = e.v.GetArray("input", "messages")
-	} else {
-		msgs = e.v.GetArray("messages")
-	}
-	for _, m := range msgs {
-		if string(m.GetStringBytes("role")) != "assistant" {
-			continue
-		}
-		for _, tc := range m.GetArray("toolCalls") {
-			if s.in.isFrontend(tc.GetStringBytes("function", "name")) {
-				s.markFrontend(tc.GetStringBytes("id"))
-			}
-		}
-	}
-	var drops []int
-	for i, m := range msgs {
-		if string(m.GetStringBytes("role")) != "tool" {
-			continue
-		}
-		id := m.GetStringBytes("toolCallId")
-		if !s.fabricated(id) {
-			continue
-		}
-		where := "MESSAGES_SNAPSHOT"
-		if echo {
-			where = "the RUN_STARTED input echo"
-		}
-		b.Notes = append(b.Notes, Note{Kind: "fabricated_result", ID: string(id),
-			Message: "tool message " + q(m.GetStringBytes("id")) + " in " + where + " answering frontend tool call " + q(id) + " removed: a producer MUST NOT fabricate a tool message; the call stays pending"})
-		if !s.opts.Monitor {
-			drops = append(drops, i)
-		}
-	}
-	if len(drops) > 0 {
-		s.removeMessages(e, drops, echo)
-	}
-	authoritative := !echo
-	for i, m := range msgs {
-		if len(drops) > 0 && drops[0] == i {
-			drops = drops[1:]
-			continue
-		}
-		s.seedOwner(m, authoritative)
-	}
-}
-
-// removeMessages rewrites e.out without the messages at the indexes drops.
-func (s *Stream) removeMessages(e *ev, drops []int, echo bool) {
-	obj := e.out
-	off := 0
-	if echo {
-		is, ie, ok := objectMember(obj, "input")
-		if !ok {
-			return
-		}
-		obj, off = obj[is:ie], is
-	}
-	ms, me, ok := objectMember(obj, "messages")
-	if !ok {
-		return
-	}
-	ms, me = ms+off, me+off
-	s.tbuf = removeElements(s.tbuf[:0], e.out[ms:me], drops)
-	r := append(s.rbuf[:0], e.out[:ms]...)
-	r = append(r, s.tbuf...)
-	r = append(r, e.out[me:]...)
-	s.rbuf = r
-	e.out = r
-}
-
-// seedOwner records the owner of a replayed message (and of its tool calls).
-func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
-	id := m.GetStringBytes("id")
-	sub := m.Get("subagentRunId")
-	own := owner{}
-	if sub != nil && sub.Type() == fastjson.TypeString {
-		own = owner{id: string(sub.GetStringBytes()), sub: true}
-	}
-	bucket := s.run.msgs
-	switch string(m.GetStringBytes("role")) {
-	case "reasoning":
-		bucket = s.run.reasoning
-	case "activity":
-		if cur := s.run.activities[string(id)]; cur == nil || authoritative {
-			o := own
-			s.run.activities[string(id)] = &o
-		}
-		return
-	}
-	if cur := bucket[string(id)]; cur == nil {
-		bucket[string(id)] = &entity{own: own}
-	} else if authoritative {
-		cur.own = own
-	}
-	for _, tc := range m.GetArray("toolCalls") {
-		tid := tc.GetStringBytes("id")
-		if c := s.run.calls[string(tid)]; c == nil {
-			s.run.calls[string(tid)] = &call{id: string(tid), own: own}
-		} else if authoritative {
-			c.own = own
-		}
-	}
-}
-
 // setPending makes a successful RUN_FINISHED name exactly the calls this run
-// started and did not answer, in first-START order (seed 000, Frontend
-// tools). Every other byte of the event is kept.
+// started and did not answer, in the order they were started
+// (https://docs.ag-ui.com, Tool Calls, Frontend tools). Every other byte of the event is kept.
 func (s *Stream) setPending(e *ev, b *Batch) {
 	s.pending = s.pending[:0]
 	frontendPending := false

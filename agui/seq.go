@@ -6,7 +6,7 @@ import (
 )
 
 // This file is the sequence state machine: what the official client's
-// verifyEvents enforces (digest §3.5), applied to the events the consumer
+// verifyEvents enforces (@ag-ui/client 1.0.0), applied to the events the consumer
 // receives — those aguard forwards and the ones the client synthesises when
 // it expands chunks (chunks.go). Every rule here is fatal for the 1.0 client,
 // so every one is fatal for aguard.
@@ -83,6 +83,9 @@ type call struct {
 	argsCut bool
 	// reopened: a TOOL_CALL_START reopened the call after it had closed.
 	reopened bool
+	// snap: replayed messages (a snapshot, the input echo) introduced the
+	// call; parent is the message that carries it (snapshot.go).
+	snap bool
 }
 
 // maxArgBytes caps the argument text kept per call, and maxRunArgBytes all
@@ -94,7 +97,7 @@ const (
 	maxRunArgBytes = 16 << 20
 )
 
-// stepKey names an open step: steps are tracked per owner (digest §1.2).
+// stepKey names an open step: steps are tracked per owner.
 type stepKey struct {
 	own  owner
 	name string
@@ -109,17 +112,19 @@ type runState struct {
 	steps      map[stepKey]int // open steps, value = open order
 	subActive  map[string]bool
 	subClosed  map[string]bool
-	// minted reasoning ids of translated THINKING_* events (compat layer,
-	// §3.2); they can never collide with a producer's id.
+	// minted reasoning ids of translated THINKING_* events (the 1.0
+	// client's compatibility layer); they can never collide with a producer's id.
 	thinkSpans map[int]*entity
 	thinkMsgs  map[int]*entity
 
 	order []*call // calls in first-START order (pending list)
 	seq   int
 	// ended holds the calls whose arguments completed during the event
-	// being processed, for the Decider; startedNow those it started.
+	// being processed, for the Decider; startedNow those it started, and
+	// introduced those of them its replayed messages introduced.
 	ended      []*call
 	startedNow []*call
+	introduced []*call
 	// argBytes is the argument text kept in this run.
 	argBytes int
 	// runID is the current run's id (RUN_STARTED.runId).
@@ -158,6 +163,7 @@ func (r *runState) reset() {
 	r.seq = 0
 	r.ended = r.ended[:0]
 	r.startedNow = r.startedNow[:0]
+	r.introduced = r.introduced[:0]
 	r.argBytes = 0
 	r.text = nil
 }
@@ -208,9 +214,11 @@ func (r *runState) textCont(typ string, id []byte, t tag, end bool) *violation {
 // toolStart applies TOOL_CALL_START (explicit or synthesised from a chunk).
 // Beyond verifyEvents, a reopen must agree with the call it reopens: "A
 // reopening start MUST agree with the call it reopens — the same
-// toolCallName, the same parentMessageId, the same owner" (seed 000,
-// TOOL_CALL_END). The 1.0 client accepts a renaming reopen and renames the
-// call; aguard ends the stream instead.
+// toolCallName, the same parentMessageId, the same owner"
+// (https://docs.ag-ui.com, Tool Calls, TOOL_CALL_END). The 1.0 client
+// accepts a renaming reopen and renames the call; aguard ends the stream
+// instead. A call that replayed messages introduced is carried by its
+// message: a start that names no parent agrees with it.
 func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*call, *violation) {
 	c := r.calls[string(id)]
 	if c != nil && c.open {
@@ -218,7 +226,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 	}
 	// "When the parent message is attributed to a subagent, the call MUST
 	// agree with that attribution — a tool call belongs to the message that
-	// carries it" (seed 000, TOOL_CALL_START).
+	// carries it" (https://docs.ag-ui.com, Tool Calls, TOOL_CALL_START).
 	var inherited *owner
 	if hasParent {
 		if pe := r.msgs[string(parent)]; pe != nil {
@@ -239,7 +247,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 			if c.name != string(name) {
 				return nil, viol("tool_call_reopen_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+" names tool "+q(name)+", but the call it reopens is '"+c.name+"'")
 			}
-			if c.hasParent != hasParent || c.parent != string(parent) {
+			if (c.hasParent != hasParent && !(c.snap && !hasParent)) || (hasParent && c.parent != string(parent)) {
 				return nil, viol("tool_call_reopen_mismatch", string(id), "TOOL_CALL_START reopening tool call "+q(id)+" has parentMessageId "+optQ(parent, hasParent)+", but the call it reopens has "+optQ([]byte(c.parent), c.hasParent))
 			}
 		}
@@ -286,15 +294,38 @@ func (r *runState) toolCont(typ string, id, delta []byte, t tag, end bool) *viol
 		r.ended = append(r.ended, c)
 		return nil
 	}
-	if !c.argsCut {
-		if len(c.args)+len(delta) > maxArgBytes || r.argBytes+len(delta) > maxRunArgBytes {
-			c.argsCut = true
-		} else {
-			c.args = append(c.args, delta...)
-			r.argBytes += len(delta)
-		}
-	}
+	r.appendArgs(c, delta)
 	return nil
+}
+
+// appendArgs adds delta to c's argument text, within the bounds.
+func (r *runState) appendArgs(c *call, delta []byte) {
+	if c.argsCut {
+		return
+	}
+	if len(c.args)+len(delta) > maxArgBytes || r.argBytes+len(delta) > maxRunArgBytes {
+		c.argsCut = true
+		return
+	}
+	c.args = append(c.args, delta...)
+	r.argBytes += len(delta)
+}
+
+// introduce starts a call that replayed messages carry and nothing started
+// (snapshot.go): the message parent carries it, with the argument text args,
+// complete. It is decided like a call whose END arrived.
+func (r *runState) introduce(id, name []byte, parent string, own owner, args []byte) {
+	c := r.calls[string(id)]
+	if c == nil {
+		c = &call{id: string(id), own: own}
+		r.calls[c.id] = c
+	}
+	c.started, c.snap = true, true
+	c.name, c.parent, c.hasParent = string(name), parent, true
+	r.appendArgs(c, args)
+	r.order = append(r.order, c)
+	r.startedNow = append(r.startedNow, c)
+	r.introduced = append(r.introduced, c)
 }
 
 // reasoningStart applies REASONING_START (span) or REASONING_MESSAGE_START.
@@ -353,7 +384,7 @@ func contEntity(e *entity, typ string, span bool, id string, t tag, end bool) *v
 	return nil
 }
 
-// stepStarted / stepFinished: steps are tracked per owner (digest §1.2).
+// stepStarted / stepFinished: steps are tracked per owner.
 func (r *runState) stepStarted(name []byte, t tag) *violation {
 	k := stepKey{own: t.owner(), name: string(name)}
 	if _, ok := r.steps[k]; ok {
@@ -383,10 +414,10 @@ func (r *runState) stepFinished(name []byte, t tag) *violation {
 	return nil
 }
 
-// openIDs lists what is still open when RUN_FINISHED arrives, or returns nil.
-// "A call left open when the run finishes is a violation" (seed 000, Error
-// Handling); verifyEvents says the same of steps, messages, reasoning and
-// subagents.
+// runFinished reports what is still open when RUN_FINISHED arrives, or
+// returns nil. "A call left open when the run finishes is a violation"
+// (https://docs.ag-ui.com, Tool Calls, Error Handling); verifyEvents says the
+// same of steps, messages, reasoning and subagents.
 func (r *runState) runFinished() *violation {
 	type item struct {
 		seq int

@@ -6,8 +6,9 @@ import (
 
 // Stream is the state machine for one consumer response stream. It reads each
 // upstream event, checks it against the AG-UI 1.0 schema and sequence rules,
-// applies the tool-call rules (fabricated answers dropped, pending list set)
-// and says what the consumer must receive.
+// applies the tool-call rules (answers to frontend calls that are not the
+// application's dropped, calls first seen in replayed messages started,
+// pending list set), and says what the consumer must receive.
 //
 // A Stream is not safe for concurrent use; one goroutine feeds it.
 type Stream struct {
@@ -38,26 +39,34 @@ type Stream struct {
 	// the client): the minted id of the current span/message, 0 if none.
 	thinkSpan, thinkMsg, mint int
 
-	// frontend holds ids of calls known (from the stream, the echo or
-	// snapshots) to name an advertised tool. It lives for the whole stream:
-	// a result may answer a call from an earlier run.
-	frontend map[string]struct{}
+	// known is what the stream learned about tool calls, for all its runs:
+	// a result may answer a call from an earlier run, and a call an earlier
+	// run started is history when a later snapshot replays it. knownBytes
+	// counts the memory it and declined hold (maxKnownCalls,
+	// maxKnownBytes).
+	known      map[string]knownCall
+	knownBytes int
+	// overflow reports that known reached its bound: the stream ends.
+	overflow bool
+	// declined holds, by call id, the tool message the consumer holds for
+	// each call aguard declined in this stream (restoreDeclines).
+	declined map[string]decline
 	// answered holds the ids answered by a forwarded TOOL_CALL_RESULT in the
-	// current run.
+	// current run (and calls a snapshot introduced, answered there).
 	answered map[string]struct{}
 
 	pending []string // scratch: the pending list at RUN_FINISHED
 
-	// answer is the CallAnswered event of the current TOOL_CALL_RESULT.
-	answer    CallEvent
-	hasAnswer bool
+	// answers are the CallAnswered events of the current event, reported
+	// after its calls' decisions; their contents are spans of abuf
+	// (answerSpans), resolved when they are reported.
+	answers     []CallEvent
+	answerSpans []int
+	abuf        []byte
 
 	// slow turns the fast path off (fast.go); tests compare the two paths.
 	slow bool
 }
-
-// maxFrontendIDs bounds the frontend-call index of one stream.
-const maxFrontendIDs = 1 << 16
 
 // Per-stream bounds: whatever an agent sends, a stream's memory stays
 // bounded. Past one, the stream ends with RUN_ERROR AGUARD_LIMIT_EXCEEDED.
@@ -67,7 +76,13 @@ const (
 	maxEntitiesPerRun = 100_000
 	// maxRunsPerStream bounds the runs one response may carry.
 	maxRunsPerStream = 10_000
+	// maxKnownCalls and maxKnownBytes bound what one stream remembers of
+	// the tool calls of all its runs (Stream.known, Stream.declined).
+	maxKnownCalls = 1 << 17
+	maxKnownBytes = 8 << 20
 )
+
+const msgTooManyCalls = "the response carried more tool calls than aguard tracks (131072 ids or 8 MiB)"
 
 // NewStream returns the state machine for one response to the run input in.
 // in may be nil (no advertised tools, nothing answered).
@@ -76,7 +91,8 @@ func NewStream(in *RunInput, opts Options) *Stream {
 		in:       in,
 		opts:     opts,
 		run:      newRunState(),
-		frontend: map[string]struct{}{},
+		known:    map[string]knownCall{},
+		declined: map[string]decline{},
 		answered: map[string]struct{}{},
 	}
 }
@@ -91,6 +107,10 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	b.Reset()
 	if s.done {
 		b.Done = true
+		return
+	}
+	if s.overflow {
+		s.end(b, CodeLimitExceeded, msgTooManyCalls)
 		return
 	}
 	if s.feedTextContent(data, b) {
@@ -143,7 +163,8 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	e := ev{typ: spec.typ, v: v, out: out, unknown: unknown}
 	s.run.ended = s.run.ended[:0]
 	s.run.startedNow = s.run.startedNow[:0]
-	s.hasAnswer = false
+	s.run.introduced = s.run.introduced[:0]
+	s.answers, s.answerSpans, s.abuf = s.answers[:0], s.answerSpans[:0], s.abuf[:0]
 	if vi := s.apply(&e, b); vi != nil {
 		if s.fatal(b, vi) {
 			return
@@ -160,12 +181,17 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		s.end(b, CodeLimitExceeded, "the response carried more than 10000 runs")
 		return
 	}
+	if s.overflow {
+		s.end(b, CodeLimitExceeded, msgTooManyCalls)
+		return
+	}
 	if e.typ == tToolEnd && !e.drop {
 		// What a verdict on this call calls for follows its END.
 		s.emit(b, spec.typ, e.out)
 		e.drop = true
 	}
 	for _, c := range s.run.startedNow {
+		s.markStarted(c.id)
 		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name)})
 	}
 	// Calls whose chunk stream this event closed: the consumer synthesises
@@ -175,10 +201,20 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	if s.done {
 		return
 	}
-	if s.hasAnswer {
-		b.Calls = append(b.Calls, s.answer)
-		s.hasAnswer = false
+	if len(s.run.introduced) > 0 {
+		// Calls this event's messages introduced: the event makes them
+		// known to the consumer, so what a verdict calls for follows it.
+		if !e.drop {
+			s.emit(b, spec.typ, e.out)
+			e.drop = true
+		}
+		s.run.ended = append(s.run.ended[:0], s.run.introduced...)
+		s.decideEnded(b, e.typ)
+		if s.done {
+			return
+		}
 	}
+	s.reportAnswers(b)
 	if !e.drop {
 		s.emit(b, spec.typ, e.out)
 	}

@@ -1,0 +1,155 @@
+package agui
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// checkConsumerView checks what a consumer received (the output of an
+// enforcing Stream fed against input in) against what aguard promises about
+// tool calls, following the stream as the official client does:
+//
+//   - every tool message (in a snapshot or the input echo) and every
+//     TOOL_CALL_RESULT answering a frontend call is the application's own —
+//     a tool message of the input for that call, same id — or aguard's
+//     decline;
+//   - at each RUN_FINISHED with a success outcome (or none), the pending
+//     list names exactly the frontend calls the consumer first saw in that
+//     run and received no answer for in it. Calls the input answered are
+//     left out: an agent that restarts one makes the two views differ by
+//     the protocol's own rules.
+func checkConsumerView(in *RunInput, outs [][]byte) error {
+	type toolCall struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	type message struct {
+		ID         string     `json:"id"`
+		Role       string     `json:"role"`
+		ToolCallID string     `json:"toolCallId"`
+		ToolCalls  []toolCall `json:"toolCalls"`
+	}
+	type event struct {
+		Type         string    `json:"type"`
+		MessageID    string    `json:"messageId"`
+		ToolCallID   *string   `json:"toolCallId"`
+		ToolCallName string    `json:"toolCallName"`
+		Messages     []message `json:"messages"`
+		Input        *struct {
+			Messages []message `json:"messages"`
+		} `json:"input"`
+		Outcome *struct {
+			Type    string   `json:"type"`
+			Pending []string `json:"pendingToolCallIds"`
+		} `json:"outcome"`
+	}
+	if in == nil {
+		in = &RunInput{}
+	}
+	frontend := map[string]bool{}
+	seen := map[string]bool{}
+	for id, f := range in.calls {
+		seen[id] = true
+		frontend[id] = f
+	}
+	inputAnswered := func(id string) bool { return len(in.answers[id]) > 0 }
+	own := func(call, mid string) bool {
+		for _, i := range in.answers[call] {
+			if in.ToolMessages[i].ID == mid {
+				return true
+			}
+		}
+		return mid == "aguard-declined-"+call
+	}
+	firstThisRun := map[string]bool{}
+	answered := map[string]bool{}
+	sawCall := func(id, name string) {
+		if in.isFrontendName(name) {
+			frontend[id] = true
+		}
+		if !seen[id] {
+			seen[id] = true
+			firstThisRun[id] = true
+		}
+	}
+	answer := func(call, mid, where string) error {
+		if frontend[call] && !own(call, mid) {
+			return fmt.Errorf("%s: frontend call %q answered by %q, which is not the application's answer", where, call, mid)
+		}
+		answered[call] = true
+		return nil
+	}
+	replay := func(msgs []message, where string) error {
+		for _, m := range msgs {
+			for _, tc := range m.ToolCalls {
+				sawCall(tc.ID, tc.Function.Name)
+			}
+		}
+		for _, m := range msgs {
+			if m.Role == "tool" {
+				if err := answer(m.ToolCallID, m.ID, where); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	for i, raw := range outs {
+		var ev event
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		where := fmt.Sprintf("event %d (%s)", i, ev.Type)
+		switch ev.Type {
+		case tRunStarted:
+			clear(firstThisRun)
+			clear(answered)
+			if ev.Input != nil {
+				if err := replay(ev.Input.Messages, where); err != nil {
+					return err
+				}
+			}
+		case tMessagesSnapshot:
+			if err := replay(ev.Messages, where); err != nil {
+				return err
+			}
+		case tToolStart, tToolChunk:
+			if ev.ToolCallID != nil {
+				sawCall(*ev.ToolCallID, ev.ToolCallName)
+			}
+		case tToolResult:
+			if ev.ToolCallID == nil {
+				return fmt.Errorf("%s: no toolCallId", where)
+			}
+			if err := answer(*ev.ToolCallID, ev.MessageID, where); err != nil {
+				return err
+			}
+		case tRunFinished:
+			if ev.Outcome != nil && ev.Outcome.Type != "success" {
+				continue
+			}
+			var stated, derived []string
+			if ev.Outcome != nil {
+				for _, id := range ev.Outcome.Pending {
+					if firstThisRun[id] && frontend[id] && !inputAnswered(id) {
+						stated = append(stated, id)
+					}
+				}
+			}
+			for id := range firstThisRun {
+				if frontend[id] && !answered[id] && !inputAnswered(id) {
+					derived = append(derived, id)
+				}
+			}
+			slices.Sort(stated)
+			slices.Sort(derived)
+			if !slices.Equal(stated, derived) {
+				return fmt.Errorf("%s: pending frontend calls stated %q, the consumer holds %q unanswered", where, stated, derived)
+			}
+		}
+	}
+	return nil
+}
