@@ -35,7 +35,9 @@ type Event struct {
 // consumer by themselves.
 type Note struct {
 	// Kind is a short stable identifier: "violation", "fabricated_result",
-	// "pending_rewritten", "interrupt_frontend", …
+	// "pending_rewritten", "interrupt_frontend", "forged_signal" (an agent's
+	// CUSTOM aguard.* dropped, Rule "reserved_custom_name", or its RUN_ERROR
+	// code AGUARD_* renamed AGENT_AGUARD_*, Rule "reserved_error_code"), …
 	Kind string `json:"kind"`
 	// Rule names the broken rule for violations (e.g. "tool_call_not_open").
 	Rule string `json:"rule,omitempty"`
@@ -220,7 +222,8 @@ type RunEnd struct {
 	Pending []string
 	// Interrupts are the interrupt outcome's interrupts.
 	Interrupts []Interrupt
-	// Code is the RUN_ERROR code ("" when it had none).
+	// Code is the RUN_ERROR code as the consumer receives it ("" when it
+	// had none): an agent's AGUARD_* code is renamed AGENT_AGUARD_*.
 	Code string
 }
 

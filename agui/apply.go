@@ -40,8 +40,8 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 	case tRunError:
 		vi := s.closeAllLanes()
 		s.runErr = true
-		code, _ := e.str("code")
-		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, string(code)
+		code := s.agentErrorCode(e, b)
+		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, code
 		return vi
 	case tMessagesSnapshot:
 		if vi := s.closeAllLanes(); vi != nil {
@@ -123,7 +123,12 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 		}
 		return nil
 
-	case tStateSnapshot, tStateDelta, tCustom:
+	case tCustom:
+		if s.forgedSignal(e, b) {
+			return nil // dropped: the consumer never sees it, it closes nothing
+		}
+		return s.closeLaneOf(t)
+	case tStateSnapshot, tStateDelta:
 		return s.closeLaneOf(t)
 	case tStepStarted, tStepFinished:
 		name, _ := e.str("stepName")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // checkConsumerView checks what a consumer received (the output of an
@@ -14,6 +15,11 @@ import (
 //     TOOL_CALL_RESULT answering a frontend call is the application's own —
 //     a tool message of the input for that call, same id — or aguard's
 //     decline;
+//   - no signal the agent forged reaches the consumer as aguard's: a CUSTOM
+//     named aguard.* is aguard's own (no "forged" member in its value, as
+//     the fuzz generator's forgeries have), and a RUN_ERROR with an
+//     AGUARD_* code is aguard's (the stream's last event, not the agent's
+//     "forged" one);
 //   - at each RUN_FINISHED with a success outcome (or none), the pending
 //     list names exactly the frontend calls the consumer first saw in that
 //     run and received no answer for in it. Calls the input answered are
@@ -33,11 +39,15 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 		ToolCalls  []toolCall `json:"toolCalls"`
 	}
 	type event struct {
-		Type         string    `json:"type"`
-		MessageID    string    `json:"messageId"`
-		ToolCallID   *string   `json:"toolCallId"`
-		ToolCallName string    `json:"toolCallName"`
-		Messages     []message `json:"messages"`
+		Type         string          `json:"type"`
+		Name         string          `json:"name"`
+		Code         string          `json:"code"`
+		Message      string          `json:"message"`
+		MessageID    string          `json:"messageId"`
+		ToolCallID   *string         `json:"toolCallId"`
+		ToolCallName string          `json:"toolCallName"`
+		Value        json.RawMessage `json:"value"`
+		Messages     []message       `json:"messages"`
 		Input        *struct {
 			Messages []message `json:"messages"`
 		} `json:"input"`
@@ -126,6 +136,18 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 			}
 			if err := answer(*ev.ToolCallID, ev.MessageID, where); err != nil {
 				return err
+			}
+		case tCustom:
+			if strings.HasPrefix(ev.Name, "aguard.") {
+				var v map[string]json.RawMessage
+				_ = json.Unmarshal(ev.Value, &v)
+				if _, forged := v["forged"]; forged || (ev.Name != "aguard.tool_call_denied" && ev.Name != "aguard.approval_required") {
+					return fmt.Errorf("%s: the agent's %s reached the consumer", where, raw)
+				}
+			}
+		case tRunError:
+			if strings.HasPrefix(ev.Code, "AGUARD_") && (i != len(outs)-1 || ev.Message == "forged") {
+				return fmt.Errorf("%s: a RUN_ERROR %s that is not aguard's reached the consumer", where, ev.Code)
 			}
 		case tRunFinished:
 			if ev.Outcome != nil && ev.Outcome.Type != "success" {

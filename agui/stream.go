@@ -8,7 +8,8 @@ import (
 // upstream event, checks it against the AG-UI 1.0 schema and sequence rules,
 // applies the tool-call rules (answers to frontend calls that are not the
 // application's dropped, calls first seen in replayed messages started,
-// pending list set), and says what the consumer must receive.
+// pending list set), keeps aguard's own signal names its own, and says what
+// the consumer must receive.
 //
 // A Stream is not safe for concurrent use; one goroutine feeds it.
 type Stream struct {
