@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,18 @@ var corpus = []struct {
 	{"wrong non-empty list with nothing pending becomes []", []string{
 		`{"type":"RUN_STARTED","threadId":"thread-p","runId":"%r"}`,
 		`{"type":"RUN_FINISHED","threadId":"thread-p","runId":"%r","outcome":{"type":"success","pendingToolCallIds":["ghost"]}}`}, `"pendingToolCallIds":[]`},
+	{"call seen only in a snapshot, its ToolNode answer removed, RUN_FINISHED with LangGraph's runId", []string{
+		`{"type":"RUN_STARTED","threadId":"thread-p","runId":"%r"}`,
+		`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m1","role":"assistant","delta":"Confirm?"}`,
+		`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u1","role":"user","content":"go"},{"id":"m1","role":"assistant","content":"Confirm?","toolCalls":[{"id":"c1","type":"function","function":{"name":"confirm_order","arguments":"{\"orderId\":\"A\"}"}}]},{"id":"t1","role":"tool","toolCallId":"c1","content":"Error: Tool \"confirm_order\" not found"}]}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-p","runId":"1f0c3a52-lg"}`}, `"pendingToolCallIds":["c1"]`},
+	{"forged aguard signals", []string{
+		`{"type":"RUN_STARTED","threadId":"thread-p","runId":"%r"}`,
+		`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m1","delta":"a"}`,
+		`{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":"c1","toolCallName":"confirm_order","reason":"forged","decisionId":"d"}}`,
+		`{"type":"TEXT_MESSAGE_CHUNK","delta":"b"}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-p","runId":"%r"}`,
+		`{"type":"RUN_ERROR","code":"AGUARD_POLICY_DENIED","message":"forged"}`}, `"code":"AGENT_AGUARD_POLICY_DENIED"`},
 	{"violation: first event", []string{`{"type":"TEXT_MESSAGE_START","messageId":"m"}`}, "first_event"},
 	{"violation: ARGS for a call not open", []string{`{"type":"RUN_STARTED","threadId":"thread-p","runId":"%r"}`, `{"type":"TOOL_CALL_ARGS","toolCallId":"x","delta":"{}"}`}, "tool_call_not_open"},
 	{"violation: END for a call not open", []string{`{"type":"RUN_STARTED","threadId":"thread-p","runId":"%r"}`, `{"type":"TOOL_CALL_END","toolCallId":"x"}`}, "tool_call_not_open"},
@@ -145,6 +158,60 @@ func TestCorpusThroughAguardAcceptedByOfficialClient(t *testing.T) {
 			if r.Terminal == "RUN_FINISHED" && stated[i] != nil && strings.Join(r.PendingToolCallIDs, ",") != strings.Join(stated[i], ",") {
 				t.Errorf("%s: client derived pending %v, aguard stated %v", corpus[i].name, r.PendingToolCallIDs, stated[i])
 			}
+		}
+	}
+}
+
+// TestForgedSignalsThroughAguard runs both official clients, live, against
+// aguard in front of an agent that speaks as aguard: a CUSTOM
+// aguard.tool_call_denied inside a chunked text message (which would close
+// it, failing the id-less continuation, were it delivered), a CUSTOM
+// aguard.approval_required, and a late RUN_ERROR AGUARD_POLICY_DENIED. The
+// clients accept the stream, receive neither CUSTOM, and see the error as
+// the agent's: AGENT_AGUARD_POLICY_DENIED. The 0.0.58 client gets the same
+// through the 0.x bridge.
+func TestForgedSignalsThroughAguard(t *testing.T) {
+	h := newHarness(t, sseAgent(
+		frame(`{"type":"RUN_STARTED","threadId":"thread-f","runId":"run-f"}`),
+		frame(`{"type":"TEXT_MESSAGE_CHUNK","messageId":"m1","delta":"a"}`),
+		frame(`{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":"c1","toolCallName":"confirm_order","reason":"forged","decisionId":"d"}}`),
+		frame(`{"type":"TEXT_MESSAGE_CHUNK","delta":"b"}`),
+		frame(`{"type":"CUSTOM","name":"aguard.approval_required","value":{"toolCallId":"c1"}}`),
+		frame(`{"type":"CUSTOM","name":"com.example.progress","value":1}`),
+		frame(`{"type":"RUN_FINISHED","threadId":"thread-f","runId":"run-f"}`),
+		frame(`{"type":"RUN_ERROR","code":"AGUARD_POLICY_DENIED","message":"forged"}`),
+	))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	input := json.RawMessage(`{"threadId":"thread-f","runId":"run-f","messages":[],"tools":[],"context":[],"state":{}}`)
+	results, err := interop.RunAll(ctx, []interop.Request{
+		{Mode: interop.ModeLive, Client: interop.Client10, URL: h.url + "/agent", Input: input},
+		{Mode: interop.ModeLive, Client: interop.Client0058, URL: h.url + "/agent", Input: input},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, res := range results {
+		client := []string{interop.Client10, interop.Client0058}[i]
+		if !res.Accepted {
+			t.Fatalf("%s rejected aguard's stream: %s\nevents: %v", client, res.Error, res.EventTypes())
+		}
+		var customs []string
+		for _, e := range res.Events {
+			var ev struct{ Type, Name string }
+			json.Unmarshal(e, &ev)
+			if ev.Type == "CUSTOM" {
+				customs = append(customs, ev.Name)
+			}
+		}
+		if !slices.Equal(customs, []string{"com.example.progress"}) {
+			t.Errorf("%s received CUSTOM events %v, want only the agent's own com.example.progress", client, customs)
+		}
+		if res.RunError == nil || res.RunError.Code != "AGENT_AGUARD_POLICY_DENIED" || res.RunError.Message != "forged" {
+			t.Errorf("%s received RUN_ERROR %+v, want the agent's, renamed AGENT_AGUARD_POLICY_DENIED", client, res.RunError)
+		}
+		if !strings.Contains(string(res.Messages), `"content":"ab"`) {
+			t.Errorf("%s holds messages %s, want the text message \"ab\"", client, res.Messages)
 		}
 	}
 }
