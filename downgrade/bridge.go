@@ -61,8 +61,9 @@ const announcementName = "aguard.downgrade"
 //     a downgrade does not repair.
 //   - RUN_FINISHED: outcome.pendingToolCallIds is removed silently, because
 //     0.0.58's success outcome is strict and a legacy consumer derives the
-//     pending calls from the stream itself (every call started and not
-//     answered), which is the list the field carried. Any other member 0.x's
+//     pending calls from what it received (every call started and not
+//     answered, and every call a snapshot gave it without an answer), which
+//     is the list the field carried. Any other member 0.x's
 //     strict outcomes reject is removed and announced (what "outcome_member").
 //     A "cancelled" outcome is removed and announced (what
 //     "cancelled_outcome"): 0.x has no such outcome, so the run then reads as a
