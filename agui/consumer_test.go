@@ -22,9 +22,10 @@ import (
 //     "forged" one);
 //   - at each RUN_FINISHED with a success outcome (or none), the pending
 //     list names exactly the frontend calls the consumer first saw in that
-//     run and received no answer for in it. Calls the input answered are
-//     left out: an agent that restarts one makes the two views differ by
-//     the protocol's own rules.
+//     run and received no answer for in it (a streamed call is answered by
+//     a TOOL_CALL_RESULT only, as the protocol counts it). Calls the input
+//     answered are left out: an agent that restarts one makes the two views
+//     differ by the protocol's own rules.
 func checkConsumerView(in *RunInput, outs [][]byte) error {
 	type toolCall struct {
 		ID       string `json:"id"`
@@ -74,28 +75,32 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 		}
 		return mid == "aguard-declined-"+call
 	}
+	// firstThisRun: the calls first seen in this run, and whether in
+	// replayed messages (a snapshot, the echo) rather than streamed.
 	firstThisRun := map[string]bool{}
-	answered := map[string]bool{}
-	sawCall := func(id, name string) {
+	// Answers received in this run, by TOOL_CALL_RESULT and in replayed
+	// messages. A streamed call is answered by a TOOL_CALL_RESULT only, as
+	// the protocol and the official client count it.
+	byResult, byReplay := map[string]bool{}, map[string]bool{}
+	sawCall := func(id, name string, replayed bool) {
 		if in.isFrontendName(name) {
 			frontend[id] = true
 		}
 		if !seen[id] {
 			seen[id] = true
-			firstThisRun[id] = true
+			firstThisRun[id] = replayed
 		}
 	}
 	answer := func(call, mid, where string) error {
 		if frontend[call] && !own(call, mid) {
 			return fmt.Errorf("%s: frontend call %q answered by %q, which is not the application's answer", where, call, mid)
 		}
-		answered[call] = true
 		return nil
 	}
 	replay := func(msgs []message, where string) error {
 		for _, m := range msgs {
 			for _, tc := range m.ToolCalls {
-				sawCall(tc.ID, tc.Function.Name)
+				sawCall(tc.ID, tc.Function.Name, true)
 			}
 		}
 		for _, m := range msgs {
@@ -103,6 +108,7 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 				if err := answer(m.ToolCallID, m.ID, where); err != nil {
 					return err
 				}
+				byReplay[m.ToolCallID] = true
 			}
 		}
 		return nil
@@ -116,7 +122,8 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 		switch ev.Type {
 		case tRunStarted:
 			clear(firstThisRun)
-			clear(answered)
+			clear(byResult)
+			clear(byReplay)
 			if ev.Input != nil {
 				if err := replay(ev.Input.Messages, where); err != nil {
 					return err
@@ -128,7 +135,7 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 			}
 		case tToolStart, tToolChunk:
 			if ev.ToolCallID != nil {
-				sawCall(*ev.ToolCallID, ev.ToolCallName)
+				sawCall(*ev.ToolCallID, ev.ToolCallName, false)
 			}
 		case tToolResult:
 			if ev.ToolCallID == nil {
@@ -137,6 +144,7 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 			if err := answer(*ev.ToolCallID, ev.MessageID, where); err != nil {
 				return err
 			}
+			byResult[*ev.ToolCallID] = true
 		case tCustom:
 			if strings.HasPrefix(ev.Name, "aguard.") {
 				var v map[string]json.RawMessage
@@ -156,13 +164,13 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 			var stated, derived []string
 			if ev.Outcome != nil {
 				for _, id := range ev.Outcome.Pending {
-					if firstThisRun[id] && frontend[id] && !inputAnswered(id) {
+					if _, first := firstThisRun[id]; first && frontend[id] && !inputAnswered(id) {
 						stated = append(stated, id)
 					}
 				}
 			}
-			for id := range firstThisRun {
-				if frontend[id] && !answered[id] && !inputAnswered(id) {
+			for id, replayed := range firstThisRun {
+				if frontend[id] && !byResult[id] && !(replayed && byReplay[id]) && !inputAnswered(id) {
 					derived = append(derived, id)
 				}
 			}

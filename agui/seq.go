@@ -112,6 +112,9 @@ type runState struct {
 	steps      map[stepKey]int // open steps, value = open order
 	subActive  map[string]bool
 	subClosed  map[string]bool
+	// replayAnswered holds the calls a tool message in this run's replayed
+	// messages (snapshots, the input echo) answered, as forwarded.
+	replayAnswered map[string]struct{}
 	// minted reasoning ids of translated THINKING_* events (the 1.0
 	// client's compatibility layer); they can never collide with a producer's id.
 	thinkSpans map[int]*entity
@@ -137,15 +140,16 @@ type runState struct {
 
 func newRunState() runState {
 	return runState{
-		msgs:       map[string]*entity{},
-		reasoning:  map[string]*entity{},
-		activities: map[string]*owner{},
-		calls:      map[string]*call{},
-		steps:      map[stepKey]int{},
-		subActive:  map[string]bool{},
-		subClosed:  map[string]bool{},
-		thinkSpans: map[int]*entity{},
-		thinkMsgs:  map[int]*entity{},
+		msgs:           map[string]*entity{},
+		reasoning:      map[string]*entity{},
+		activities:     map[string]*owner{},
+		calls:          map[string]*call{},
+		steps:          map[stepKey]int{},
+		subActive:      map[string]bool{},
+		subClosed:      map[string]bool{},
+		replayAnswered: map[string]struct{}{},
+		thinkSpans:     map[int]*entity{},
+		thinkMsgs:      map[int]*entity{},
 	}
 }
 
@@ -157,6 +161,7 @@ func (r *runState) reset() {
 	clear(r.steps)
 	clear(r.subActive)
 	clear(r.subClosed)
+	clear(r.replayAnswered)
 	clear(r.thinkSpans)
 	clear(r.thinkMsgs)
 	r.order = r.order[:0]
@@ -172,7 +177,7 @@ func (r *runState) next() int { r.seq++; return r.seq }
 
 // size is the number of entities the run tracks.
 func (r *runState) size() int {
-	return len(r.msgs) + len(r.reasoning) + len(r.activities) + len(r.calls) + len(r.steps) + len(r.subClosed)
+	return len(r.msgs) + len(r.reasoning) + len(r.activities) + len(r.calls) + len(r.steps) + len(r.subClosed) + len(r.replayAnswered)
 }
 
 func q(b []byte) string { return "'" + string(b) + "'" }
@@ -314,7 +319,7 @@ func (r *runState) appendArgs(c *call, delta []byte) {
 // introduce starts a call that replayed messages carry and nothing started
 // (snapshot.go): the message parent carries it, with the argument text args,
 // complete. It is decided like a call whose END arrived.
-func (r *runState) introduce(id, name []byte, parent string, own owner, args []byte) {
+func (r *runState) introduce(id, name []byte, parent string, own owner, args []byte) *call {
 	c := r.calls[string(id)]
 	if c == nil {
 		c = &call{id: string(id), own: own}
@@ -326,6 +331,7 @@ func (r *runState) introduce(id, name []byte, parent string, own owner, args []b
 	r.order = append(r.order, c)
 	r.startedNow = append(r.startedNow, c)
 	r.introduced = append(r.introduced, c)
+	return c
 }
 
 // reasoningStart applies REASONING_START (span) or REASONING_MESSAGE_START.

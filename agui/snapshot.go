@@ -120,7 +120,13 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 				s.markFrontend(id)
 			}
 			if s.introduces(id) {
-				s.run.introduce(id, name, string(m.GetStringBytes("id")), messageOwner(m), tc.GetStringBytes("function", "arguments"))
+				c := s.run.introduce(id, name, string(m.GetStringBytes("id")), messageOwner(m), tc.GetStringBytes("function", "arguments"))
+				if _, ok := s.run.replayAnswered[c.id]; ok {
+					// Earlier replayed messages of the run carried its
+					// answer before they carried the call.
+					s.answered[c.id] = struct{}{}
+					s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), nil)
+				}
 			}
 		}
 	}
@@ -146,6 +152,9 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 					continue
 				}
 			}
+		}
+		if _, ok := s.run.replayAnswered[string(id)]; !ok {
+			s.run.replayAnswered[string(id)] = struct{}{}
 		}
 		if c := s.run.calls[string(id)]; c != nil && c.snap {
 			if _, ok := s.answered[c.id]; !ok {

@@ -351,3 +351,18 @@ func TestMonitorModeReportsSnapshotCalls(t *testing.T) {
 		t.Fatalf("calls = %v", r.callKinds())
 	}
 }
+
+// TestReplayedAnswerBeforeItsCall: an answer replayed before the call it
+// answers (in the echo, the call in a later snapshot) was forwarded when
+// nothing named the call; the consumer holds it, so the call the snapshot
+// introduces is answered, not pending.
+func TestReplayedAnswerBeforeItsCall(t *testing.T) {
+	in := mustInput(t, inputJSON)
+	echo := `{"type":"RUN_STARTED","threadId":"t1","runId":"r1","input":{"threadId":"t1","runId":"r1","messages":[{"id":"r9","role":"tool","toolCallId":"s9","content":"found"}]}}`
+	asst := `{"id":"m1","role":"assistant","toolCalls":[{"id":"s9","type":"function","function":{"name":"search","arguments":"{}"}}]}`
+	r := feed(t, in, Options{}, true, echo, snapshot(asst), runFinished)
+	wantOut(t, r, echo, snapshot(asst), runFinished)
+	if got := r.callKinds(); !slices.Equal(got, []string{"started s9", "arguments_complete s9", "answered s9"}) {
+		t.Fatalf("calls = %v", got)
+	}
+}
