@@ -110,6 +110,33 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 	} else {
 		msgs = e.v.GetArray("messages")
 	}
+	s.learnCalls(msgs)
+	drops := s.screenAnswers(msgs, echo, b)
+	var adds []insertion
+	if !echo && len(s.declined) > 0 && !s.opts.Monitor {
+		adds = s.restoreDeclines(msgs, drops)
+	}
+	if len(drops) > 0 || len(adds) > 0 {
+		s.editMessages(e, drops, adds, echo)
+	}
+	authoritative := !echo
+	for i, m := range msgs {
+		if len(drops) > 0 && drops[0] == i {
+			drops = drops[1:]
+			continue
+		}
+		s.seedOwner(m, authoritative)
+	}
+	for _, a := range adds {
+		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
+			s.run.msgs[a.msgID] = &entity{id: a.msgID, own: a.own}
+		}
+	}
+}
+
+// learnCalls reads the calls of the messages' assistant messages: which name
+// frontend tools, and which the messages introduce (started by this run).
+func (s *Stream) learnCalls(msgs []*fastjson.Value) {
 	for _, m := range msgs {
 		if string(m.GetStringBytes("role")) != "assistant" {
 			continue
@@ -119,18 +146,25 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 			if s.in.isFrontend(name) {
 				s.markFrontend(id)
 			}
-			if s.introduces(id) {
-				c := s.run.introduce(id, name, string(m.GetStringBytes("id")), messageOwner(m), tc.GetStringBytes("function", "arguments"))
-				if _, ok := s.run.replayAnswered[c.id]; ok {
-					// Earlier replayed messages of the run carried its
-					// answer before they carried the call.
-					s.answered[c.id] = struct{}{}
-					s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), nil)
-				}
+			if !s.introduces(id) {
+				continue
+			}
+			c := s.run.introduce(id, name, string(m.GetStringBytes("id")), messageOwner(m), tc.GetStringBytes("function", "arguments"))
+			if _, ok := s.run.replayAnswered[c.id]; ok {
+				// Earlier replayed messages of the run carried its answer
+				// before they carried the call.
+				s.answered[c.id] = struct{}{}
+				s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), nil)
 			}
 		}
 	}
-	var drops []int
+}
+
+// screenAnswers reads the messages' tool messages: it returns the indexes of
+// those to remove, answers to a frontend call that are not the
+// application's own (noted; none in monitor mode), and records the others
+// as answers — the answer of a call replayed messages introduced.
+func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (drops []int) {
 	for i, m := range msgs {
 		if string(m.GetStringBytes("role")) != "tool" {
 			continue
@@ -166,26 +200,7 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 			}
 		}
 	}
-	var adds []insertion
-	if !echo && len(s.declined) > 0 && !s.opts.Monitor {
-		adds = s.restoreDeclines(msgs, drops)
-	}
-	if len(drops) > 0 || len(adds) > 0 {
-		s.editMessages(e, drops, adds, echo)
-	}
-	authoritative := !echo
-	for i, m := range msgs {
-		if len(drops) > 0 && drops[0] == i {
-			drops = drops[1:]
-			continue
-		}
-		s.seedOwner(m, authoritative)
-	}
-	for _, a := range adds {
-		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
-			s.run.msgs[a.msgID] = &entity{id: a.msgID, own: a.own}
-		}
-	}
+	return drops
 }
 
 // insertion is a message put into replayed messages after index after.
