@@ -51,7 +51,7 @@ func TestRegoTests(t *testing.T) {
 	for _, dir := range policySets(t) {
 		t.Run(name(dir), func(t *testing.T) {
 			var out bytes.Buffer
-			failed, err := policy.RunTests(context.Background(), dir, &out)
+			failed, err := policy.RunTests(context.Background(), policy.TestOptions{Dir: dir}, &out)
 			if err != nil || failed != 0 {
 				t.Fatalf("RunTests: failed %d, err %v\n%s", failed, err, out.String())
 			}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/server"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 )
@@ -36,9 +38,19 @@ const defaultTimeout = 100 * time.Millisecond
 type Options struct {
 	// Dir is the folder of .rego and data (.json, .yaml, .yml) files, read
 	// recursively; data files are placed at the path of their folder, as
-	// `opa eval -d Dir` does. *_test.rego files are left out. "" selects the
-	// default policy set embedded in the binary (package policies).
+	// `opa eval -d Dir` does. *_test.rego files are left out. A path ending
+	// in .tar.gz or .tgz is a bundle file, read as OPA reads one. "" selects
+	// the default policy set embedded in the binary (package policies).
 	Dir string
+	// OPAConfig is an OPA configuration (YAML or JSON, OPA's own format:
+	// services, bundles, keys, decision_logs, status, labels). When set, the
+	// policy comes from the bundles it configures, run by OPA's plugin
+	// manager, and Dir must be "". See New.
+	OPAConfig []byte
+	// Capabilities are the built-in functions policies may call, in OPA's
+	// capabilities format; a policy calling another one does not load. nil
+	// means DefaultCapabilities: nothing that reaches outside the process.
+	Capabilities *ast.Capabilities
 	// Timeout bounds each evaluation; 0 means 100ms. An evaluation that runs
 	// longer is cancelled and the call denied.
 	Timeout time.Duration
@@ -83,12 +95,19 @@ type Decision struct {
 type Engine struct {
 	src     source
 	dir     string
+	caps    *ast.Capabilities
 	timeout time.Duration
 	log     *slog.Logger
 	logArgs bool
 	schemas *schemaCache
 
 	current atomic.Pointer[prepared]
+	// opa runs OPA's plugin manager when the policy comes from bundles; nil
+	// for a folder, a bundle file or the embedded set.
+	opa *opaRuntime
+	// failures counts failed loads: folder reloads, bundle downloads and
+	// activations.
+	failures atomic.Uint64
 
 	reloadMu sync.Mutex // serialises loads
 
@@ -101,6 +120,9 @@ type Engine struct {
 type prepared struct {
 	query    rego.PreparedEvalQuery
 	revision string
+	// bundles are the bundles the policy came from, with their revisions,
+	// for the decision log; nil for a folder.
+	bundles map[string]server.BundleInfo
 	// readsArgs and readsParams: whether the policy may read
 	// input.call.arguments and input.tool.parameters; when it cannot,
 	// the input leaves them null and is cheap to build (see reads).
@@ -108,16 +130,25 @@ type prepared struct {
 }
 
 // New loads, compiles and prepares the policy set of opt.Dir (or the
-// embedded one). A policy that does not parse or compile, or that does not
-// define data.aguard.decision, is an error naming the file and line; no
-// Engine is returned then.
+// embedded one). A policy that does not parse or compile, that calls a
+// built-in function the capabilities leave out, or that does not define
+// data.aguard.decision, is an error naming the file and line; no Engine is
+// returned then.
+//
+// With opt.OPAConfig, New starts OPA's plugin manager instead and returns
+// without waiting for a bundle: until the first one is active, Ready
+// reports false and Decide denies every call. Close stops the plugins.
 func New(ctx context.Context, opt Options) (*Engine, error) {
 	if opt.Timeout < 0 {
 		return nil, fmt.Errorf("policy: negative timeout %v", opt.Timeout)
 	}
+	if len(opt.OPAConfig) > 0 && opt.Dir != "" {
+		return nil, errors.New("policy: a policy folder and an OPA configuration exclude each other: bundles replace the folder")
+	}
 	e := &Engine{
 		src:     newSource(opt.Dir),
 		dir:     opt.Dir,
+		caps:    opt.Capabilities,
 		timeout: opt.Timeout,
 		log:     opt.Logger,
 		logArgs: opt.LogArguments,
@@ -128,6 +159,15 @@ func New(ctx context.Context, opt Options) (*Engine, error) {
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
+	}
+	if e.caps == nil {
+		e.caps = DefaultCapabilities()
+	}
+	if len(opt.OPAConfig) > 0 {
+		if err := e.startOPA(ctx, opt.OPAConfig); err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 	if err := e.Reload(ctx); err != nil {
 		return nil, err
@@ -144,11 +184,14 @@ func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error)
 	if err != nil {
 		return nil, err
 	}
-	c, err := compile(p)
+	c, err := compile(p, e.caps)
 	if err != nil {
 		return nil, err
 	}
 	rev := snap.revision()
+	if p.revision != "" {
+		rev = p.revision
+	}
 	pq, err := rego.New(
 		rego.Query(decisionRef.String()),
 		rego.Compiler(c),
@@ -167,15 +210,33 @@ func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error)
 // Decide evaluates data.aguard.decision for in. It never fails: when the
 // policy cannot decide — no policy loaded, an evaluation error, a timeout, an
 // output that is not {"action","reason","approvalTimeout"} with a known
-// action — it denies and sets Err (fail closed). Every decision is logged.
+// action — it denies and sets Err (fail closed). Every decision is logged,
+// and, with an OPA configuration that enables decision logs, sent to OPA's
+// decision log under its DecisionID.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	start := time.Now()
-	d := e.decide(ctx, in)
+	var d Decision
+	if e.opa != nil {
+		d = e.opa.decide(ctx, e, in)
+	} else {
+		d = e.decide(ctx, in, nil)
+	}
 	e.logDecision(ctx, in, &d, time.Since(start))
 	return d
 }
 
-func (e *Engine) decide(ctx context.Context, in *Input) Decision {
+// evalRecord carries what a decision made from bundles needs beyond the
+// Decision: the storage transaction to evaluate in, and for the decision
+// log the input and the policy's output.
+type evalRecord struct {
+	txn     storage.Transaction // evaluate in it (bundles share OPA's store)
+	full    bool                // build the whole input, for the decision log
+	input   ast.Value           // out: the input evaluated, nil if none was built
+	result  any                 // out: the policy's output, nil if none
+	bundles map[string]server.BundleInfo
+}
+
+func (e *Engine) decide(ctx context.Context, in *Input, rec *evalRecord) Decision {
 	d := Decision{DecisionID: newDecisionID()}
 	p := e.current.Load()
 	if p == nil {
@@ -185,10 +246,19 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 	if in == nil {
 		return failClosed(d, "policy input is missing", errors.New("policy: nil input"))
 	}
-	v, err := in.astValue(p.readsArgs, p.readsParams)
+	withArgs, withParams := p.readsArgs, p.readsParams
+	var txn storage.Transaction
+	if rec != nil {
+		rec.bundles, txn = p.bundles, rec.txn
+		withArgs, withParams = withArgs || rec.full, withParams || rec.full
+	}
+	v, err := in.astValue(withArgs, withParams)
 	if err != nil {
 		return failClosed(d, "policy input is invalid",
 			fmt.Errorf("policy: build input for call %q (tool %q): %w", in.Call.ID, in.Call.Name, err))
+	}
+	if rec != nil {
+		rec.input = v
 	}
 
 	if err := ctx.Err(); err != nil {
@@ -196,7 +266,7 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 			fmt.Errorf("policy: call %q (tool %q) not evaluated: %w", in.Call.ID, in.Call.Name, context.Cause(ctx)))
 	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
-	rs, err := eval(ctx, &p.query, v)
+	rs, err := eval(ctx, &p.query, v, txn)
 	ctxErr := ctx.Err()
 	cancel()
 	if err != nil {
@@ -214,6 +284,9 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 			fmt.Errorf("policy: evaluate %v for call %q (tool %q) at revision %s: %w",
 				decisionRef, in.Call.ID, in.Call.Name, p.revision, err))
 	}
+	if rec != nil && len(rs) == 1 && len(rs[0].Expressions) > 0 {
+		rec.result = rs[0].Expressions[0].Value
+	}
 	if err := d.fromResult(rs); err != nil {
 		return failClosed(d, "policy returned an invalid decision",
 			fmt.Errorf("policy: %v for call %q (tool %q) at revision %s: %w",
@@ -225,12 +298,15 @@ func (e *Engine) decide(ctx context.Context, in *Input) Decision {
 // eval runs the prepared query. A panic inside OPA is turned into an error:
 // the input is model output, and OPA has panicked on some of it (a comparison
 // with a number such as 1e9999999 does in v1.22).
-func eval(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value) (rs rego.ResultSet, err error) {
+func eval(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value, txn storage.Transaction) (rs rego.ResultSet, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			rs, err = nil, fmt.Errorf("policy engine panic: %v", r)
 		}
 	}()
+	if txn != nil {
+		return q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalTransaction(txn))
+	}
 	return q.Eval(ctx, rego.EvalParsedInput(input))
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/bundle"
 	"github.com/open-policy-agent/opa/v1/util"
 	"go.yaml.in/yaml/v3"
 
@@ -23,13 +25,22 @@ import (
 // decisionRef is the rule every policy set must define.
 var decisionRef = ast.MustParseRef("data.aguard.decision")
 
-// source is where a policy set is read from: a folder on disk or the
-// embedded default set.
+// source is where a policy set is read from: a folder on disk, a bundle
+// file, or the embedded default set.
 type source struct {
 	fsys fs.FS
 	// name turns a slash path inside fsys into the name reported in errors
 	// and policy locations: the path on disk, or "embedded:" + the path.
 	name func(rel string) string
+	// bundle is the file name inside fsys of a bundle file (.tar.gz), ""
+	// for a folder.
+	bundle string
+}
+
+// isBundleFile reports whether path names a bundle file rather than a folder:
+// a .tar.gz or .tgz file, as `opa build` writes them.
+func isBundleFile(path string) bool {
+	return strings.HasSuffix(path, ".tar.gz") || strings.HasSuffix(path, ".tgz")
 }
 
 func newSource(dir string) source {
@@ -39,6 +50,18 @@ func newSource(dir string) source {
 				return "the embedded policy set"
 			}
 			return "embedded:" + rel
+		}}
+	}
+	if isBundleFile(dir) {
+		parent, file := filepath.Split(dir)
+		if parent == "" {
+			parent = "."
+		}
+		return source{fsys: os.DirFS(parent), bundle: file, name: func(rel string) string {
+			if rel == "." || rel == file {
+				return dir
+			}
+			return dir + ":" + rel
 		}}
 	}
 	return source{fsys: os.DirFS(dir), name: func(rel string) string { return filepath.Join(dir, filepath.FromSlash(rel)) }}
@@ -55,9 +78,10 @@ type policyFile struct {
 // compiles exactly the bytes it hashed, so a revision always names what is
 // serving.
 type snapshot struct {
-	root  string // the folder, as reported in errors
-	files []policyFile
-	sum   [sha256.Size]byte
+	root   string // the folder or bundle file, as reported in errors
+	files  []policyFile
+	sum    [sha256.Size]byte
+	bundle bool // files holds one bundle file
 }
 
 // revision is the short form of the content hash that names a policy set.
@@ -73,6 +97,16 @@ func (s *snapshot) revision() string {
 // withTests is set: they never change the policy that decides.
 func readSnapshot(src source, withTests bool) (*snapshot, error) {
 	snap := &snapshot{root: src.name(".")}
+	if src.bundle != "" {
+		data, err := fs.ReadFile(src.fsys, src.bundle)
+		if err != nil {
+			return nil, fmt.Errorf("read policy bundle: %w", err)
+		}
+		snap.bundle = true
+		snap.files = []policyFile{{rel: src.bundle, name: snap.root, data: data}}
+		snap.sum = sha256.Sum256(data)
+		return snap, nil
+	}
 	h := sha256.New()
 	err := fs.WalkDir(src.fsys, ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -133,6 +167,9 @@ func isPolicyFile(rel string, withTests bool) bool {
 type parsed struct {
 	modules map[string]*ast.Module
 	data    map[string]any
+	// revision is the bundle's manifest revision, "" for a folder or a
+	// bundle without one.
+	revision string
 }
 
 // parse parses every Rego file of snap (Rego v1 syntax) and merges every
@@ -140,6 +177,9 @@ type parsed struct {
 // is data, x/y/a.yaml is data.x.y, as `opa eval -d DIR` does. Errors name the
 // file and, for Rego, the line; all broken files are reported at once.
 func parse(snap *snapshot) (*parsed, error) {
+	if snap.bundle {
+		return parseBundle(snap)
+	}
 	p := &parsed{modules: map[string]*ast.Module{}, data: map[string]any{}}
 	var errs []error
 	opts := ast.ParserOptions{RegoVersion: ast.RegoV1, ProcessAnnotation: true}
@@ -163,6 +203,34 @@ func parse(snap *snapshot) (*parsed, error) {
 	}
 	if len(p.modules) == 0 {
 		return nil, fmt.Errorf("no .rego files in %s", snap.root)
+	}
+	return p, nil
+}
+
+// parseBundle reads a bundle file as OPA does (`opa run -b`): every module
+// in it, test modules included, and its data at the paths the bundle gives
+// them. Signatures are not verified: a bundle file given on the command line
+// is the operator's own; bundles downloaded through an OPA configuration are
+// verified by OPA with the configured keys.
+func parseBundle(snap *snapshot) (*parsed, error) {
+	b, err := bundle.NewReader(bytes.NewReader(snap.files[0].data)).
+		WithBaseDir(snap.root).
+		WithProcessAnnotations(true).
+		WithRegoVersion(ast.RegoV1).
+		WithSkipBundleVerification(true).
+		Read()
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	p := &parsed{modules: make(map[string]*ast.Module, len(b.Modules)), data: b.Data, revision: b.Manifest.Revision}
+	for _, m := range b.Modules {
+		p.modules[m.Path] = m.Parsed
+	}
+	if p.data == nil {
+		p.data = map[string]any{}
+	}
+	if len(p.modules) == 0 {
+		return nil, fmt.Errorf("no .rego files in bundle %s", snap.root)
 	}
 	return p, nil
 }
@@ -233,15 +301,17 @@ func mergeObject(dst, src map[string]any, file, at string) error {
 	return nil
 }
 
-// compile compiles the modules of p and checks that they define
-// data.aguard.decision. Compiler errors name file:line.
-func compile(p *parsed) (*ast.Compiler, error) {
+// compile compiles the modules of p with the built-in functions caps allow
+// and checks that they define data.aguard.decision. Compiler errors name
+// file:line; a call to a built-in function caps leave out names it.
+func compile(p *parsed, caps *ast.Capabilities) (*ast.Compiler, error) {
 	c := ast.NewCompiler().
 		WithDefaultRegoVersion(ast.RegoV1).
-		WithEnablePrintStatements(true)
+		WithEnablePrintStatements(true).
+		WithCapabilities(caps)
 	c.Compile(p.modules)
 	if c.Failed() {
-		return nil, c.Errors
+		return nil, explainCapabilityErrors(c.Errors, caps)
 	}
 	if len(c.GetRulesExact(decisionRef)) == 0 {
 		return nil, fmt.Errorf("no rule defines %v (a rule named decision in package aguard)", decisionRef)

@@ -8,16 +8,21 @@ import (
 	"time"
 )
 
-// defaultWatchInterval is the poll period of Watch when none is given.
-const defaultWatchInterval = 2 * time.Second
+// closeTimeout bounds the last decision-log upload when Close is given a
+// context without a deadline.
+const closeTimeout = 5 * time.Second
 
-// Reload reads the policy folder again, compiles it and, when that works,
-// swaps it in: decisions that start afterwards use it, decisions in flight
-// finish on the previous one. When it fails the previous policy keeps
-// serving, the error is logged, kept for Status and returned; it names the
-// file and line at fault. Reload of the embedded set recompiles it. Concurrent
-// calls are serialised.
+// Reload reads the policy folder (or bundle file) again, compiles it and,
+// when that works, swaps it in: decisions that start afterwards use it,
+// decisions in flight finish on the previous one. When it fails the previous
+// policy keeps serving, the error is logged, counted (LoadFailures), kept for
+// Status and returned; it names the file and line at fault. Reload of the
+// embedded set recompiles it. Concurrent calls are serialised. With an OPA
+// configuration, bundles are reloaded by OPA and Reload does nothing.
 func (e *Engine) Reload(ctx context.Context) error {
+	if e.opa != nil {
+		return nil
+	}
 	e.reloadMu.Lock()
 	defer e.reloadMu.Unlock()
 
@@ -40,6 +45,7 @@ func (e *Engine) Reload(ctx context.Context) error {
 	e.mu.Unlock()
 
 	if err != nil {
+		e.failures.Add(1)
 		e.log.LogAttrs(ctx, slog.LevelError, "policy load failed",
 			slog.String("dir", e.dir), slog.String("serving", e.servingRevision()), slog.String("error", err.Error()))
 		return err
@@ -58,45 +64,6 @@ func (e *Engine) servingRevision() string {
 	return ""
 }
 
-// Watch polls the policy folder every interval (2s when interval <= 0) and
-// reloads when the content of its .rego, .json or .yaml files differs from
-// what the last load attempt read and has stayed the same for one more poll,
-// so that a file caught half-written is not compiled. A broken policy is thus
-// reported once, not at every poll, and fixing it reloads. Errors are logged
-// and kept for Status. Watch returns when ctx is done; for the embedded set,
-// which cannot change, it returns at once.
-func (e *Engine) Watch(ctx context.Context, interval time.Duration) {
-	if e.dir == "" {
-		return
-	}
-	if interval <= 0 {
-		interval = defaultWatchInterval
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	pending := "" // a changed content seen at the previous poll
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		seen := e.contentKey()
-		e.mu.Lock()
-		changed := seen != e.lastSeen
-		e.mu.Unlock()
-		switch {
-		case !changed:
-			pending = ""
-		case seen != pending:
-			pending = seen // wait for it to settle
-		default:
-			pending = ""
-			_ = e.Reload(ctx) // logged and kept for Status by Reload
-		}
-	}
-}
-
 // contentKey identifies the content of the policy folder: its hash, or the
 // error that kept it from being read.
 func (e *Engine) contentKey() string {
@@ -108,11 +75,55 @@ func (e *Engine) contentKey() string {
 }
 
 // Status reports the revision of the policy that is serving (a short hash
-// of its files) and the error of the last load attempt, nil when that
-// attempt succeeded. A non-nil error with a revision means a broken policy was
-// refused and the previous one is still deciding.
+// of its files, or the bundle's manifest revision) and the error of the last
+// load attempt, nil when that attempt succeeded. A non-nil error with a
+// revision means a broken policy was refused and the previous one is still
+// deciding. With an OPA configuration, the error is that of the bundles
+// whose last download or activation failed.
 func (e *Engine) Status() (revision string, lastErr error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.servingRevision(), e.lastErr
+}
+
+// Ready reports whether a policy is serving. ok is false while none is —
+// with an OPA configuration, until the first bundle is active — and reason
+// says why; ok true with a reason means degraded: the last load failed and
+// the last good policy keeps serving.
+func (e *Engine) Ready() (ok bool, reason string) {
+	rev, err := e.Status()
+	switch {
+	case rev == "" && err != nil:
+		return false, "no policy is serving: " + err.Error()
+	case rev == "" && e.opa != nil:
+		return false, "no policy is serving: waiting for the first bundle"
+	case rev == "":
+		return false, "no policy is serving"
+	case err != nil:
+		return true, "policy load failed, the last good policy (revision " + rev + ") is serving: " + err.Error()
+	}
+	return true, ""
+}
+
+// LoadFailures counts the loads that failed since the Engine was created:
+// folder reloads, and with an OPA configuration every bundle download or
+// activation that failed (OPA retries at its polling interval).
+func (e *Engine) LoadFailures() uint64 {
+	return e.failures.Load()
+}
+
+// Close stops what the Engine runs in the background: with an OPA
+// configuration, OPA's plugins, after a last upload of the decision log
+// bounded by ctx (5s when ctx has no deadline). Decisions after Close still
+// work, on the last policy, but are no longer sent to the decision log.
+func (e *Engine) Close(ctx context.Context) {
+	if e.opa == nil {
+		return
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, closeTimeout)
+		defer cancel()
+	}
+	e.opa.stop(ctx)
 }

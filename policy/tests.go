@@ -19,19 +19,34 @@ import (
 // testTimeout bounds each Rego test, as `opa test` does by default.
 const testTimeout = 5 * time.Second
 
+// TestOptions configures RunTests.
+type TestOptions struct {
+	// Dir is the policy folder, or bundle file (.tar.gz), whose tests run;
+	// "" selects the embedded set.
+	Dir string
+	// Capabilities are the built-in functions the policy and its tests may
+	// call, as in Options; nil means DefaultCapabilities.
+	Capabilities *ast.Capabilities
+}
+
 // RunTests runs the Rego unit tests (rules named test_*, usually in
-// *_test.rego files) of the policy folder dir, or of the embedded set when
-// dir is "", the way `opa test dir` does: the folder is read and parsed as
+// *_test.rego files) of the policy folder or bundle file opt.Dir, or of the
+// embedded set, the way `opa test` does: the folder is read and parsed as
 // the Engine reads it (data files at the path of their folder), built-in
-// errors are errors, as they are in the Engine. It writes one line per test —
-// PASS, FAIL, ERROR or SKIP (todo_test_*), its name, duration and, for a
-// failure, where and why — then a summary.
+// errors are errors and the capabilities apply, as they do in the Engine.
+// It writes one line per test — PASS, FAIL, ERROR or SKIP (todo_test_*), its
+// name, duration and, for a failure, where and why — then a summary.
 //
 // failed counts the tests that failed or errored. err is set when the tests
-// could not run (a file that does not parse or compile, an unreadable
-// folder, no tests at all) or when writing to w failed.
-func RunTests(ctx context.Context, dir string, w io.Writer) (failed int, err error) {
-	src := newSource(dir)
+// could not run (a file that does not parse or compile, a call to a
+// built-in function the capabilities leave out, an unreadable folder, no
+// tests at all) or when writing to w failed.
+func RunTests(ctx context.Context, opt TestOptions, w io.Writer) (failed int, err error) {
+	src := newSource(opt.Dir)
+	caps := opt.Capabilities
+	if caps == nil {
+		caps = DefaultCapabilities()
+	}
 	snap, err := readSnapshot(src, true)
 	if err != nil {
 		return 0, fmt.Errorf("policy: test %s: %w", src.name("."), err)
@@ -40,7 +55,12 @@ func RunTests(ctx context.Context, dir string, w io.Writer) (failed int, err err
 	if err != nil {
 		return 0, fmt.Errorf("policy: test %s: %w", src.name("."), err)
 	}
+	compiler := ast.NewCompiler().
+		WithCapabilities(caps).
+		WithEnablePrintStatements(true).
+		WithDefaultRegoVersion(ast.RegoV1)
 	ch, err := tester.NewRunner().
+		SetCompiler(compiler).
 		SetStore(inmem.NewFromObject(p.data)).
 		SetModules(p.modules).
 		RaiseBuiltinErrors(true).
@@ -48,6 +68,9 @@ func RunTests(ctx context.Context, dir string, w io.Writer) (failed int, err err
 		EnableTracing(true). // to say which expression failed
 		SetTimeout(testTimeout).
 		RunTests(ctx, nil)
+	if errs, ok := err.(ast.Errors); ok {
+		err = explainCapabilityErrors(errs, caps)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("policy: test %s: %w", src.name("."), err)
 	}

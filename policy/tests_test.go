@@ -90,7 +90,7 @@ todo_test_later if {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			failed, err := RunTests(context.Background(), tt.dir(t), &out)
+			failed, err := RunTests(context.Background(), TestOptions{Dir: tt.dir(t)}, &out)
 			if tt.wantErr == nil && err != nil {
 				t.Fatalf("RunTests: %v\n%s", err, out.String())
 			}
@@ -121,7 +121,7 @@ type failingWriter struct{}
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestRunTestsReportsWriteError(t *testing.T) {
-	if _, err := RunTests(context.Background(), "", failingWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if _, err := RunTests(context.Background(), TestOptions{}, failingWriter{}); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("err = %v, want the write error", err)
 	}
 }
