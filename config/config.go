@@ -33,6 +33,8 @@ type Config struct {
 	AdminToken          string
 	Mode                string
 	Policy              string
+	PolicyCapabilities  string
+	OPAConfig           string
 	ApprovalTimeout     time.Duration
 	Redis               string
 	LedgerCache         int
@@ -114,8 +116,12 @@ var Flags = []Flag{
 			c.Mode = v
 			return nil
 		}},
-	{"policy", "", "folder of .rego and data files deciding tool calls, reloaded on change (none: the default policy built into the binary)",
+	{"policy", "", "folder of .rego and data files (or a bundle file, .tar.gz) deciding tool calls, reloaded within a second of a change (none: the default policy built into the binary)",
 		func(c *Config, v string) error { c.Policy = v; return nil }},
+	{"policy-capabilities", "", "OPA capabilities file (JSON, as opa build --capabilities takes) listing the built-in functions policies may call (none: every built-in function of OPA except those that reach outside the process, such as http.send and net.lookup_ip_addr)",
+		func(c *Config, v string) error { c.PolicyCapabilities = v; return nil }},
+	{"opa-config", "", "OPA configuration file (OPA's own format: services, bundles, keys, decision_logs, status, labels); policies then come from its bundles, in place of --policy",
+		func(c *Config, v string) error { c.OPAConfig = v; return nil }},
 	{"approval-timeout", "10m", "default time a reviewer has to decide a call a policy holds for approval",
 		func(c *Config, v string) (err error) { c.ApprovalTimeout, err = parseDuration(v); return err }},
 	{"redis", "", "redis://host:port/db of the Redis that replicas share the ledger through (none: the in-process LRU only)",
@@ -246,6 +252,9 @@ func (c *Config) validate() error {
 		if r.Protocol != "" && r.Protocol != "1.0" && r.Protocol != "0.x" {
 			return fmt.Errorf("config: routes[%d].protocol: want 1.0 or 0.x, got %q", i, r.Protocol)
 		}
+	}
+	if c.Policy != "" && c.OPAConfig != "" {
+		return errors.New("config: --policy and --opa-config exclude each other: with an OPA configuration, policies come from its bundles")
 	}
 	if c.MaxBody <= 0 || c.MaxEvent <= 0 {
 		return errors.New("config: max-body and max-event must be positive")

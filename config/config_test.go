@@ -128,3 +128,14 @@ func TestEnvNames(t *testing.T) {
 		t.Fatalf("Lookup(admin-token) = %+v, %v", f, ok)
 	}
 }
+
+func TestPolicyAndOPAConfigExcludeEachOther(t *testing.T) {
+	_, err := Load([]string{"--upstream", "http://a", "--policy", "p", "--opa-config", "opa.yaml"}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--policy and --opa-config exclude each other") {
+		t.Fatalf("Load = %v", err)
+	}
+	c, err := Load([]string{"--upstream", "http://a", "--opa-config", "opa.yaml", "--policy-capabilities", "caps.json"}, func(string) string { return "" }, io.Discard)
+	if err != nil || c.OPAConfig != "opa.yaml" || c.PolicyCapabilities != "caps.json" {
+		t.Fatalf("Load = %+v, %v", c, err)
+	}
+}

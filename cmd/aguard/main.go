@@ -7,8 +7,8 @@
 //	aguard demo            run a scripted agent behind aguard and show what it does
 //	aguard replay --input run-input.json upstream.sse
 //	                       run a recorded agent stream through the checks, offline
-//	aguard policy test [DIR]
-//	                       run the Rego tests of a policy folder (as opa test)
+//	aguard policy test [DIR|BUNDLE.tar.gz]
+//	                       run the Rego tests of a policy folder or bundle (as opa test)
 //	aguard version
 package main
 
@@ -32,9 +32,10 @@ Usage:
   aguard replay --input run-input.json upstream.sse
                          run a recorded agent stream through the checks, offline;
                          the consumer's stream on stdout, a JSON report on stderr
-  aguard policy test [DIR]
-                         run the Rego tests of a policy folder (as opa test);
-                         without DIR, those of the built-in default policy
+  aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE.tar.gz]
+                         run the Rego tests of a policy folder or bundle file
+                         (as opa test); without one, those of the built-in
+                         default policy
   aguard version         print the version
 `
 

@@ -3,24 +3,40 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
 	"github.com/aguard/aguard/policy"
 )
 
-// policyCmd runs `aguard policy test [DIR]`: the Rego unit tests of a policy
-// folder, or of the built-in default policy.
+// policyCmd runs `aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE]`:
+// the Rego unit tests of a policy folder or bundle file (.tar.gz), or of the
+// built-in default policy.
 func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "test" || len(args) > 2 {
-		fmt.Fprintln(stderr, "usage: aguard policy test [DIR]")
-		return errors.New("policy: want `policy test [DIR]`")
+	usage := func() {
+		fmt.Fprintln(stderr, "usage: aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE.tar.gz]")
 	}
-	dir := ""
-	if len(args) == 2 {
-		dir = args[1]
+	if len(args) == 0 || args[0] != "test" {
+		usage()
+		return errors.New("policy: want `policy test [DIR|BUNDLE.tar.gz]`")
 	}
-	failed, err := policy.RunTests(ctx, dir, stdout)
+	fs := flag.NewFlagSet("aguard policy test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { usage(); fs.PrintDefaults() }
+	capsFile := fs.String("policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (default: none that reach outside the process)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		usage()
+		return errors.New("policy: want `policy test [DIR|BUNDLE.tar.gz]`")
+	}
+	caps, err := loadCapabilities(*capsFile)
+	if err != nil {
+		return err
+	}
+	failed, err := policy.RunTests(ctx, policy.TestOptions{Dir: fs.Arg(0), Capabilities: caps}, stdout)
 	if err != nil {
 		return err
 	}

@@ -37,10 +37,11 @@ func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	reportPath := fs.String("report", "", "write the JSON report here instead of stderr")
 	mode := fs.String("mode", "enforce", "enforce, or monitor")
 	maxEvent := fs.String("max-event", "16MiB", "largest single event accepted")
-	policyDir := fs.String("policy", "", "policy folder deciding tool calls (default: the built-in default policy)")
+	policyDir := fs.String("policy", "", "policy folder or bundle file (.tar.gz) deciding tool calls (default: the built-in default policy)")
+	capsFile := fs.String("policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (default: none that reach outside the process)")
 	approvalTimeout := fs.Duration("approval-timeout", 10*time.Minute, "default approval deadline for calls a policy holds")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--policy DIR] [--report FILE] upstream.sse")
+		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--policy DIR|BUNDLE.tar.gz] [--policy-capabilities FILE] [--report FILE] upstream.sse")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +72,11 @@ func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer body.Close()
 
-	engine, err := policy.New(ctx, policy.Options{Dir: *policyDir})
+	caps, err := loadCapabilities(*capsFile)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	engine, err := policy.New(ctx, policy.Options{Dir: *policyDir, Capabilities: caps})
 	if err != nil {
 		return fmt.Errorf("replay: policy: %w", err)
 	}

@@ -74,3 +74,36 @@ func TestReplayErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayAndPolicyTestReadABundleFile pins that a bundle built by `opa
+// build` stands in for a policy folder offline.
+func TestReplayAndPolicyTestReadABundleFile(t *testing.T) {
+	dir := t.TempDir()
+	bundleFile := filepath.Join(dir, "policy.tar.gz")
+	os.WriteFile(bundleFile, opaBuild(t, map[string]string{
+		"aguard/policy.rego":      "package aguard\n\ndecision := {\"action\": \"deny\", \"reason\": \"bundle says no\"}\n",
+		"aguard/policy_test.rego": "package aguard_test\n\ntest_denies if data.aguard.decision.action == \"deny\"\n",
+	}, "b-7", ""), 0o600)
+	input := filepath.Join(dir, "in.json")
+	body := filepath.Join(dir, "up.sse")
+	os.WriteFile(input, []byte(demoInput("run-1")), 0o600)
+	os.WriteFile(body, []byte(strings.Join([]string{
+		`data: {"type":"RUN_STARTED","threadId":"demo-thread","runId":"run-1"}`,
+		`data: {"type":"TOOL_CALL_START","toolCallId":"c1","toolCallName":"confirm_order"}`,
+		`data: {"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{\"orderId\":\"A-17\"}"}`,
+		`data: {"type":"TOOL_CALL_END","toolCallId":"c1"}`,
+		`data: {"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-1"}`,
+	}, "\n\n")+"\n\n"), 0o600)
+
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"replay", "--input", input, "--policy", bundleFile, body}, &out, &errOut); code != 0 {
+		t.Fatalf("replay exited %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "aguard.tool_call_denied") || !strings.Contains(out.String(), "bundle says no") {
+		t.Errorf("the bundle's policy did not decide:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"policy", "test", bundleFile}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "PASS: 1/1") {
+		t.Errorf("policy test on the bundle: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+}

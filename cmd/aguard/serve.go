@@ -42,6 +42,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 // running is a started proxy with its admin listener.
 type running struct {
 	proxy     *proxy.Proxy
+	policy    *policy.Engine
 	store     *state.Store
 	hooks     *webhook.Notifier
 	admin     *http.Server
@@ -51,19 +52,13 @@ type running struct {
 	serveErr  chan error
 }
 
-// policyPoll is how often the policy folder is checked for changes.
-const policyPoll = 2 * time.Second
-
 func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*running, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// A policy that does not load stops aguard here: it never serves
-	// without one. Later reloads that fail keep the last good one.
-	engine, err := policy.New(ctx, policy.Options{Dir: cfg.Policy, Logger: log})
+	engine, policyReady, err := newPolicyEngine(ctx, cfg, log, reg)
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, err
 	}
-	go engine.Watch(ctx, policyPoll)
 	// Redis being down at start is not fatal: the store starts degraded and
 	// catches up when Redis answers.
 	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, CacheSize: cfg.LedgerCache, Logger: log, Registerer: reg})
@@ -75,15 +70,6 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		store.Close()
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "aguard_policy_reload_failing",
-		Help: "1 while the last reload of the policy folder failed (the last good policy keeps serving).",
-	}, func() float64 {
-		if _, err := engine.Status(); err != nil {
-			return 1
-		}
-		return 0
-	}))
 	routes := make([]proxy.Route, len(cfg.Routes))
 	for i, r := range cfg.Routes {
 		routes[i] = proxy.Route{Path: r.Path, Upstream: r.Upstream, Protocol: r.Protocol}
@@ -123,12 +109,12 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, policy: engine, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
-				Ready:    []admin.Check{p.Ready, policyReady(engine), store.Ready},
+				Ready:    []admin.Check{p.Ready, policyReady, store.Ready},
 				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout, Notifier: hooks}),
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
@@ -144,7 +130,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	}()
 	revision, _ := engine.Status()
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
-		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policyName(cfg.Policy), "revision", revision, "redis", cfg.Redis != "")
+		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "")
 	return r, nil
 }
 
@@ -157,6 +143,7 @@ func (r *running) shutdown(timeout time.Duration) error {
 		r.log.Warn("drain timeout ran out; running streams ended with AGUARD_SHUTDOWN")
 	}
 	err := r.proxy.Close()
+	r.policy.Close(context.Background()) // the last decision-log upload
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hcancel()
 	if herr := r.hooks.Close(hctx); herr != nil {
@@ -170,24 +157,6 @@ func (r *running) shutdown(timeout time.Duration) error {
 	r.admin.Shutdown(actx)
 	r.log.Info("stopped")
 	return err
-}
-
-// policyReady reports a policy folder whose last reload failed: aguard still
-// serves, with the last good policy.
-func policyReady(e *policy.Engine) admin.Check {
-	return func() (bool, string) {
-		if _, err := e.Status(); err != nil {
-			return true, "policy reload failed, the last good policy is serving: " + err.Error()
-		}
-		return true, ""
-	}
-}
-
-func policyName(dir string) string {
-	if dir == "" {
-		return "built-in default"
-	}
-	return dir
 }
 
 func newLogger(format string, w io.Writer) *slog.Logger {
