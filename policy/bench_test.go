@@ -4,10 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/policies"
 )
 
 // benchArgs returns tool-call arguments of about size bytes: one long string
@@ -130,5 +133,56 @@ func BenchmarkInputValue(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDecideFromBundle measures Decide when the default policy comes
+// from an OPA bundle (--opa-config): evaluation in a read transaction of
+// OPA's store, without and with OPA's decision log (the input converted
+// whole, masked and buffered by OPA; uploads happen in the background).
+//
+//	go test -run '^$' -bench BenchmarkDecideFromBundle -benchmem ./policy/
+func BenchmarkDecideFromBundle(b *testing.B) {
+	src, err := fs.ReadFile(policies.FS(), "aguard/default.rego")
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := newOPAService(b)
+	svc.setBundle(bundlePath, buildBundle(b, map[string]string{"aguard/default.rego": string(src)}, "bench", ""))
+	for _, c := range []struct {
+		name   string
+		config string
+	}{
+		{"no-decision-log", strings.Replace(string(opaConfig(svc, "")), "decision_logs:\n  service: mgmt\n  reporting:\n    min_delay_seconds: 1\n    max_delay_seconds: 1\n", "", 1)},
+		{"decision-log", string(opaConfig(svc, ""))},
+	} {
+		e, err := New(context.Background(), Options{OPAConfig: []byte(c.config)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			if ok, _ := e.Ready(); ok {
+				break
+			}
+			if i > 1000 {
+				b.Fatal("the bundle did not activate")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		in := benchInput(benchArgs(b, "small", 0))
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			durs := make([]time.Duration, 0, 1<<16)
+			for b.Loop() {
+				start := time.Now()
+				d := e.Decide(context.Background(), in)
+				durs = append(durs, time.Since(start))
+				if d.Err != nil {
+					b.Fatal(d.Err)
+				}
+			}
+			reportPercentiles(b, durs)
+		})
+		e.Close(context.Background())
 	}
 }

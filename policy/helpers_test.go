@@ -10,7 +10,7 @@ import (
 )
 
 // writeFiles writes name → content under dir, creating folders.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
+func writeFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
@@ -24,7 +24,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 }
 
 // policyDir returns a temporary policy folder holding files.
-func policyDir(t *testing.T, files map[string]string) string {
+func policyDir(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	writeFiles(t, dir, files)

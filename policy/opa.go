@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/server"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/util"
 
 	bundleapi "github.com/open-policy-agent/opa/v1/bundle"
 )
@@ -47,8 +49,42 @@ type opaRuntime struct {
 	errs map[string]error // the last failure of each bundle, nil once it succeeds
 }
 
+// defaultDecisionLogBuffer bounds OPA's decision-log buffer when the
+// configuration does not: OPA's own default for its (default) size buffer is
+// unlimited, and a decision-log service that stays down must not grow
+// aguard's memory without bound.
+const defaultDecisionLogBuffer = 64 << 20
+
+// boundDecisionLogs returns raw with decision_logs.reporting.
+// buffer_size_limit_bytes set to defaultDecisionLogBuffer when decision logs
+// use OPA's size buffer without a limit of their own.
+func boundDecisionLogs(raw []byte) ([]byte, error) {
+	var cfg map[string]any
+	if err := util.Unmarshal(raw, &cfg); err != nil {
+		return nil, err
+	}
+	dl, ok := cfg["decision_logs"].(map[string]any)
+	if !ok {
+		return raw, nil
+	}
+	rep, _ := dl["reporting"].(map[string]any)
+	if rep == nil {
+		rep = map[string]any{}
+		dl["reporting"] = rep
+	}
+	if bt, _ := rep["buffer_type"].(string); bt == "event" || rep["buffer_size_limit_bytes"] != nil {
+		return raw, nil
+	}
+	rep["buffer_size_limit_bytes"] = defaultDecisionLogBuffer
+	return json.Marshal(cfg)
+}
+
 // startOPA starts OPA's plugin manager for raw, an OPA configuration.
 func (e *Engine) startOPA(ctx context.Context, raw []byte) error {
+	raw, err := boundDecisionLogs(raw)
+	if err != nil {
+		return fmt.Errorf("policy: OPA configuration: %w", err)
+	}
 	store := inmem.New()
 	o := &opaRuntime{store: store, errs: map[string]error{}}
 	o.gate = &gate{Store: store, engine: e, pending: map[storage.Transaction]*storage.Context{}, ready: map[storage.Transaction]*prepared{}}

@@ -26,7 +26,7 @@ import (
 
 // buildBundle builds a bundle of files with OPA's own tooling, as `opa build
 // -r revision [--signing-key key --signing-alg RS256] DIR` does.
-func buildBundle(t *testing.T, files map[string]string, revision string, signingKey string) []byte {
+func buildBundle(t testing.TB, files map[string]string, revision string, signingKey string) []byte {
 	t.Helper()
 	dir := policyDir(t, files)
 	var out bytes.Buffer
@@ -61,7 +61,7 @@ func rsaKeyPair(t *testing.T) (private, public string) {
 // unchanged), decision logs (POST /logs, gzipped JSON arrays) and status
 // (POST /status).
 type opaService struct {
-	t    *testing.T
+	t    testing.TB
 	ln   net.Listener
 	addr string
 	srv  *http.Server
@@ -76,7 +76,7 @@ type opaService struct {
 	logStatus int // answer to POST /logs; 0 means 200
 }
 
-func newOPAService(t *testing.T) *opaService {
+func newOPAService(t testing.TB) *opaService {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -281,3 +281,23 @@ func TestDecisionsDuringSwapsSeeOneBundleWhole(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// OPA's size buffer for decision logs is unlimited by default; aguard bounds
+// it unless the configuration does.
+func TestDecisionLogBufferIsBounded(t *testing.T) {
+	t.Parallel()
+	svc := newOPAService(t)
+	for _, c := range []struct {
+		name, reporting string
+		want            int64
+	}{
+		{"default", "", defaultDecisionLogBuffer},
+		{"configured", "    buffer_size_limit_bytes: 1024\n", 1024},
+	} {
+		config := strings.Replace(string(opaConfig(svc, "")), "  reporting:\n", "  reporting:\n"+c.reporting, 1)
+		e := newBundleEngine(t, []byte(config), nil)
+		if got := *e.opa.logs.Config().Reporting.BufferSizeLimitBytes; got != c.want {
+			t.Errorf("%s: buffer_size_limit_bytes = %d, want %d", c.name, got, c.want)
+		}
+	}
+}
