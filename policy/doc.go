@@ -2,16 +2,24 @@
 // process, what aguard does with a tool call: allow it, deny it, or hold it
 // for a reviewer's approval.
 //
-// An Engine loads a folder of Rego policies and data files (or the default
-// set embedded from package policies), prepares the query data.aguard.decision
-// once, and evaluates it for each call with an Input shaped as in the design's
-// §4. It fails closed: whatever keeps the policy from deciding — an evaluation
-// error, a timeout, an output of the wrong shape, no policy — is a deny that
-// carries the error. It hot-reloads (Reload, Watch) and keeps the last good
-// policy serving when a new one does not compile (Status reports why).
-// ValidateArguments checks a call's arguments against its tool's parameters
-// JSON Schema, and RunTests runs a policy folder's Rego unit tests as
-// `opa test` does.
+// An Engine loads a folder of Rego policies and data files, a bundle file,
+// or the default set embedded from package policies, prepares the query
+// data.aguard.decision once, and evaluates it for each call with an Input
+// shaped as in the README's "Policies" section. It fails closed: whatever
+// keeps the policy from deciding — an evaluation error, a timeout, an output
+// of the wrong shape, no policy — is a deny that carries the error. It
+// watches a folder (fsnotify, polling as a fallback) and keeps the last good
+// policy serving when a new one does not compile (Status, Ready report why).
+//
+// Policies compile with OPA capabilities: by default none of the built-in
+// functions that reach outside the process (http.send, net.lookup_ip_addr),
+// so that a policy cannot send a tool call's arguments anywhere; a
+// capabilities file can allow them. With an OPA configuration
+// (Options.OPAConfig) the policy comes from bundles run by OPA's plugin
+// manager, which also sends every decision to OPA's decision log under its
+// DecisionID and reports status. ValidateArguments checks a call's arguments
+// against its tool's parameters JSON Schema, and RunTests runs a policy's
+// Rego unit tests as `opa test` does.
 //
 // The package does not read the event stream, emit events, keep the tool-call
 // ledger or wait for approvals: the proxy calls Decide at TOOL_CALL_END and, for
