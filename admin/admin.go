@@ -81,11 +81,12 @@ type readiness struct {
 }
 
 // requireToken lets a request through only with "Authorization: Bearer
-// <token>", compared in constant time. With no token configured, every call
-// is refused.
+// <token>", the token compared in constant time. The scheme is
+// case-insensitive (RFC 9110 §11.1) and followed by one or more spaces (RFC
+// 6750 §2.1). With no token configured, every call is refused.
 func requireToken(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearerToken(r.Header.Get("Authorization"))
 		if token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="aguard admin"`)
 			WriteError(w, http.StatusUnauthorized, "unauthorized", "the admin API needs a valid bearer token")
@@ -93,6 +94,15 @@ func requireToken(token string, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// bearerToken is the token of a Bearer Authorization header value.
+func bearerToken(v string) (string, bool) {
+	scheme, token, ok := strings.Cut(v, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // WriteError answers with {"error":{"code":…,"message":…}}.

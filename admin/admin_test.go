@@ -56,3 +56,35 @@ func TestAdminAuthAndProbes(t *testing.T) {
 		})
 	}
 }
+
+// TestAuthSchemeIsCaseInsensitive pins that the admin API reads the
+// Authorization scheme case-insensitively (RFC 9110 §11.1): "bearer" and
+// "BEARER" are "Bearer". The token itself is compared exactly.
+func TestAuthSchemeIsCaseInsensitive(t *testing.T) {
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "api") })
+	srv := httptest.NewServer(Handler(Options{Token: "s3cret", Gatherer: prometheus.NewRegistry(), API: api}))
+	defer srv.Close()
+	for auth, want := range map[string]int{
+		"bearer s3cret":   200,
+		"BEARER s3cret":   200,
+		"Bearer s3cret":   200,
+		"bEaReR s3cret":   200,
+		"Bearer  s3cret":  200, // 1*SP (RFC 6750 §2.1)
+		"bearer S3CRET":   401,
+		"Bearers3cret":    401,
+		"Basic czNjcmV0":  401,
+		"bearer":          401,
+		"bearer s3cret x": 401,
+	} {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/approvals", nil)
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", auth, resp.StatusCode, want)
+		}
+	}
+}
