@@ -62,6 +62,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad size env", []string{"--upstream", "http://a"}, map[string]string{"AGUARD_MAX_EVENT": "lots"}, `max-event (from AGUARD_MAX_EVENT): want a size such as 8MiB, got "lots"`},
 		{"bad duration", []string{"--upstream", "http://a", "--drain-timeout", "-1s"}, nil, "drain-timeout (from --drain-timeout)"},
 		{"upstream not a URL", []string{"--upstream", "localhost:8000"}, nil, `want an http:// or https:// URL`},
+		{"keep-alive bound of none", []string{"--upstream", "http://a", "--upstream-keepalive-timeout", "0s"}, nil, `upstream-keepalive-timeout (from --upstream-keepalive-timeout): want a positive duration, got "0s"`},
 		{"ledger cache of none", []string{"--upstream", "http://a", "--ledger-cache", "0"}, nil, `ledger-cache (from --ledger-cache): want a positive number of records, got "0"`},
 		{"unknown key in file", []string{"--config", write("typo.yaml", "upstream: http://a\nmax_body: 1MiB\n")}, nil, `line 2: unknown setting "max_body"`},
 		{"route without slash", []string{"--config", write("r.yaml", "routes:\n  - path: agents\n    upstream: http://a\n")}, nil, "routes[0].path: must start with /"},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
 	"strings"
 	"time"
 
@@ -48,11 +49,12 @@ func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req poli
 	}
 }
 
-// requestInfo copies what the policy may read of the request; the stream
-// outlives the RequestCtx, so nothing may point into it.
-func requestInfo(ctx *fasthttp.RequestCtx) policy.RequestInfo {
+// requestInfo copies what the policy may read of the request: the path as
+// received (and forwarded) and the headers of the request the agent gets;
+// the stream outlives the request, so nothing may point into it.
+func requestInfo(path []byte, hdr *fasthttp.RequestHeader, remote net.Addr) policy.RequestInfo {
 	h := map[string]string{}
-	for k, v := range ctx.Request.Header.All() {
+	for k, v := range hdr.All() {
 		name := strings.ToLower(string(k))
 		if prior, ok := h[name]; ok {
 			h[name] = prior + ", " + string(v)
@@ -60,7 +62,7 @@ func requestInfo(ctx *fasthttp.RequestCtx) policy.RequestInfo {
 			h[name] = string(v)
 		}
 	}
-	return policy.RequestInfo{Path: string(ctx.Path()), Headers: h, RemoteAddr: ctx.RemoteAddr().String()}
+	return policy.RequestInfo{Path: string(path), Headers: h, RemoteAddr: remote.String()}
 }
 
 // Decide implements agui.Decider.

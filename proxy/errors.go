@@ -15,10 +15,17 @@ const (
 	errShuttingDown        = "shutting_down"     // addition: 503 while draining
 	errNoRoute             = "no_route"          // addition: 404 when no route matches
 	errHeadersTooLarge     = "headers_too_large" // addition: 431
+	errBadRequest          = "bad_request"       // addition: 400, a request that is not well-formed HTTP/1.1
+	errInvalidPath         = "invalid_path"
 	errUnansweredToolCalls = "unanswered_tool_calls"
 	errAwaitingApproval    = "awaiting_approval"
 	errUncoveredInterrupts = "uncovered_interrupts"
 )
+
+// statusConsumerGone labels aguard_requests_total for a request whose
+// consumer left before the agent answered: nothing is written (nginx logs
+// such a request as 499).
+const statusConsumerGone = "499"
 
 // writeError answers with status and the JSON body
 // {"error":{"code":…,"message":…}}; message is escaped by encoding/json.

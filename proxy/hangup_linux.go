@@ -9,9 +9,10 @@ import (
 	"syscall"
 )
 
-// hangups is one epoll set holding the connection of every running stream,
-// waiting for the peer's close (EPOLLRDHUP; EPOLLHUP and EPOLLERR for a
-// reset). The set's own descriptor is read through Go's netpoller, so the
+// hangups is one epoll set holding the connections aguard waits on for the
+// peer's close (EPOLLRDHUP; EPOLLHUP and EPOLLERR for a reset): the consumer
+// of every running stream, the consumer of every request waiting for the
+// agent's headers, and every connection to an agent. The set's own descriptor is read through Go's netpoller, so the
 // one goroutine serving it parks like any network read: no thread is held,
 // and closing the set ends it.
 //
@@ -23,10 +24,10 @@ type hangups struct {
 	file *os.File // the epoll descriptor
 	done chan struct{}
 
-	mu      sync.Mutex
-	epfd    int
-	next    uint64
-	streams map[uint64]*stream
+	mu       sync.Mutex
+	epfd     int
+	next     uint64
+	watchers map[uint64]watcher
 }
 
 // hangupEvents: the peer's close or a reset, edge-triggered (EPOLLET does
@@ -48,7 +49,7 @@ func newHangups() (*hangups, error) {
 		f.Close()
 		return nil, fmt.Errorf("epoll descriptor: %w", err)
 	}
-	h := &hangups{file: f, done: make(chan struct{}), epfd: epfd, streams: map[uint64]*stream{}}
+	h := &hangups{file: f, done: make(chan struct{}), epfd: epfd, watchers: map[uint64]watcher{}}
 	go h.serve(raw)
 	return h, nil
 }
@@ -78,21 +79,18 @@ func (h *hangups) serve(raw syscall.RawConn) {
 	})
 }
 
-// hungUp interrupts the stream registered as id, if it still is.
+// hungUp tells the watcher registered as id, if it still is.
 func (h *hangups) hungUp(id uint64) {
 	h.mu.Lock()
-	s := h.streams[id]
+	w := h.watchers[id]
 	h.mu.Unlock()
-	if s != nil {
-		// interrupt waits for the stream's upstream read to return: not
-		// on the goroutine that serves every stream.
-		go s.interrupt(errConsumerGone)
+	if w != nil {
+		w.hungUp()
 	}
 }
 
-// add registers c for s. It reports false when c has no descriptor to watch
-// (the caller falls back to a goroutine).
-func (h *hangups) add(c net.Conn, s *stream) (stop func(), ok bool) {
+// add registers c for w. It reports false when c has no descriptor to watch.
+func (h *hangups) add(c net.Conn, w watcher) (stop func(), ok bool) {
 	sc, isSys := c.(syscall.Conn)
 	if !isSys {
 		return nil, false
@@ -103,7 +101,7 @@ func (h *hangups) add(c net.Conn, s *stream) (stop func(), ok bool) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.streams == nil { // closed
+	if h.watchers == nil { // closed
 		return nil, false
 	}
 	h.next++
@@ -118,7 +116,7 @@ func (h *hangups) add(c net.Conn, s *stream) (stop func(), ok bool) {
 	if err != nil || ctlErr != nil {
 		return nil, false
 	}
-	h.streams[id] = s
+	h.watchers[id] = w
 	return func() { h.remove(id, raw) }, true
 }
 
@@ -127,10 +125,10 @@ func (h *hangups) add(c net.Conn, s *stream) (stop func(), ok bool) {
 func (h *hangups) remove(id uint64, raw syscall.RawConn) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, ok := h.streams[id]; !ok {
+	if _, ok := h.watchers[id]; !ok {
 		return
 	}
-	delete(h.streams, id)
+	delete(h.watchers, id)
 	raw.Control(func(fd uintptr) {
 		syscall.EpollCtl(h.epfd, syscall.EPOLL_CTL_DEL, int(fd), nil)
 	})
@@ -140,7 +138,7 @@ func (h *hangups) remove(id uint64, raw syscall.RawConn) {
 // goroutine to return.
 func (h *hangups) close() error {
 	h.mu.Lock()
-	h.streams = nil
+	h.watchers = nil
 	h.mu.Unlock()
 	err := h.file.Close()
 	<-h.done

@@ -9,10 +9,18 @@ import (
 	"time"
 )
 
+// watching counts the streams the set watches (it also watches agent
+// connections).
 func (h *hangups) watching() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.streams)
+	n := 0
+	for _, w := range h.watchers {
+		if _, ok := w.(*stream); ok {
+			n++
+		}
+	}
+	return n
 }
 
 // TestHangupSetTracksEveryStream pins the shared watcher's bookkeeping: each

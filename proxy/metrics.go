@@ -28,9 +28,12 @@ type Metrics struct {
 	bytesIn        prometheus.Counter
 	bytesOut       prometheus.Counter
 	upstreamErrors *prometheus.CounterVec
-	streamEnds     *prometheus.CounterVec
-	notes          *prometheus.CounterVec
-	duration       prometheus.Histogram
+	// upstreamConns counts connections to agents by event (connEvents).
+	upstreamConns   map[string]prometheus.Counter
+	upstreamResends prometheus.Counter
+	streamEnds      *prometheus.CounterVec
+	notes           *prometheus.CounterVec
+	duration        prometheus.Histogram
 }
 
 // NewMetrics registers the data plane's metrics with reg.
@@ -74,8 +77,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.eventsIn[t] = in.WithLabelValues(t)
 		m.eventsOut[t] = out.WithLabelValues(t)
 	}
+	conns := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "aguard_upstream_connections_total",
+		Help: "Connections to agents: dialed, reused, agent_closed (closed by the agent while idle), expired (idle for the keep-alive bound).",
+	}, []string{"event"})
+	m.upstreamConns = map[string]prometheus.Counter{}
+	for _, e := range connEvents {
+		m.upstreamConns[e] = conns.WithLabelValues(e)
+	}
+	m.upstreamResends = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "aguard_upstream_resends_total",
+		Help: "Requests sent again on another connection because the agent provably never received them (or, for GET and other safe methods, answered nothing on a reused connection).",
+	})
 	reg.MustRegister(m.streamsOpen, m.requests, in, out, m.bytesIn, m.bytesOut,
-		m.upstreamErrors, m.streamEnds, m.notes, m.duration)
+		m.upstreamErrors, conns, m.upstreamResends, m.streamEnds, m.notes, m.duration)
 	return m
 }
 

@@ -3,9 +3,10 @@
 // streams the agent's events back through an agui.Stream, event by event,
 // flushed per event.
 //
-// Package proxy owns the HTTP edges (request checks, the upstream client,
-// framing, heartbeats, disconnects, draining) and nothing of the protocol:
-// what an event means and what to do about it is package agui's.
+// Package proxy owns the HTTP edges (request checks, one path for routing,
+// policy and agent, the connections to consumers and to agents, framing,
+// heartbeats, disconnects, draining) and nothing of the protocol: what an
+// event means and what to do about it is package agui's.
 package proxy
 
 import (
@@ -63,6 +64,10 @@ type Options struct {
 	// UpstreamIdleTimeout ends a stream whose agent has sent nothing for
 	// that long (checked at each heartbeat), with AGUARD_UPSTREAM_LOST.
 	UpstreamIdleTimeout time.Duration
+	// UpstreamKeepalive is the longest an idle connection to an agent is
+	// kept for reuse; shortened per agent to 3/4 of the agent's own
+	// keep-alive timeout once known (see keepalive).
+	UpstreamKeepalive time.Duration
 	// Monitor makes the stream checks decide and log everything but change
 	// nothing.
 	Monitor bool
@@ -85,7 +90,7 @@ type Options struct {
 	// never reach an agent.
 	AdminToken string
 	// MaxUpstreamConns bounds the open connections to each agent server, one
-	// per running stream.
+	// per running stream, idle ones included.
 	MaxUpstreamConns int
 	Logger           *slog.Logger
 	Metrics          *Metrics
@@ -120,9 +125,14 @@ type Proxy struct {
 	mu      sync.Mutex
 	active  int                  // streams and requests in flight
 	streams map[*stream]struct{} // streams running
-	aborted bool                 // the drain timeout has run out, or Close was called
-	// hangups watches the consumers of running streams (see hangup.go);
-	// started with the first stream.
+	// calls are the requests waiting for an agent's answer head, each with
+	// the function that abandons it.
+	calls   map[*context.CancelCauseFunc]struct{}
+	idle    map[net.Conn]struct{} // consumer connections waiting for their next request (serveNext)
+	aborted bool                  // the drain timeout has run out, or Close was called
+	closing bool                  // Close was called
+	// hangups watches consumers and agent connections for the peer's close
+	// (see hangup.go); started when first needed.
 	hangups      *hangups
 	hangupsTried bool
 	// shareConns serves streams on fasthttp's connection, inside the hijack
@@ -156,28 +166,47 @@ func New(opt Options) (*Proxy, error) {
 	if opt.MaxUpstreamConns <= 0 {
 		opt.MaxUpstreamConns = 10000
 	}
+	if opt.UpstreamKeepalive <= 0 {
+		opt.UpstreamKeepalive = time.Second
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opt.Metrics == nil {
 		return nil, errors.New("proxy: Options.Metrics is required")
 	}
-	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, streams: map[*stream]struct{}{}}
-	routes := append([]Route(nil), opt.Routes...)
-	sort.SliceStable(routes, func(i, j int) bool { return len(routes[i].Path) > len(routes[j].Path) })
-	for _, r := range routes {
-		u, err := newUpstream(r.Upstream, r.Path, r.Protocol, opt.MaxUpstreamConns)
+	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, streams: map[*stream]struct{}{},
+		calls: map[*context.CancelCauseFunc]struct{}{}, idle: map[net.Conn]struct{}{}}
+	// One keep-alive bound per agent server, shared by the routes to it:
+	// what one route learns of the agent holds for all.
+	keeps := map[string]*keepalive{}
+	add := func(rawURL, prefix, protocol string) error {
+		keep := keeps[rawURL]
+		if keep == nil {
+			keep = &keepalive{max: opt.UpstreamKeepalive}
+			keeps[rawURL] = keep
+		}
+		u, err := newUpstream(rawURL, prefix, protocol, opt.MaxUpstreamConns, keep, opt.Metrics)
 		if err != nil {
+			return err
+		}
+		u.pool.watch = p.watch
+		p.upstreams = append(p.upstreams, u)
+		return nil
+	}
+	for _, r := range opt.Routes {
+		if err := add(r.Upstream, r.Path, r.Protocol); err != nil {
 			return nil, fmt.Errorf("proxy: route %s: %w", r.Path, err)
 		}
-		p.upstreams = append(p.upstreams, u)
 	}
+	// The most specific route first; the default last.
+	sort.SliceStable(p.upstreams, func(i, j int) bool {
+		return len(p.upstreams[i].segments) > len(p.upstreams[j].segments)
+	})
 	if opt.Upstream != "" {
-		u, err := newUpstream(opt.Upstream, "", opt.UpstreamProtocol, opt.MaxUpstreamConns)
-		if err != nil {
+		if err := add(opt.Upstream, "", opt.UpstreamProtocol); err != nil {
 			return nil, fmt.Errorf("proxy: %w", err)
 		}
-		p.upstreams = append(p.upstreams, u)
 	}
 	if len(p.upstreams) == 0 {
 		return nil, errors.New("proxy: no upstream and no routes")
@@ -203,7 +232,7 @@ func New(opt Options) (*Proxy, error) {
 }
 
 // Serve accepts connections on ln until Close.
-func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(ln) }
+func (p *Proxy) Serve(ln net.Listener) error { return p.server.Serve(consumerListener{ln}) }
 
 // Ready reports whether the data plane takes new requests, and why not.
 func (p *Proxy) Ready() (bool, string) {
@@ -233,11 +262,12 @@ func (p *Proxy) Drain(ctx context.Context) error {
 }
 
 // abortStreams ends every running stream with RUN_ERROR AGUARD_SHUTDOWN
-// (a stream starting from now on ends at once) and waits up to 5 s for them
-// to write it.
+// (a stream starting from now on ends at once), abandons the requests still
+// waiting for an agent's answer (503 shutting_down), and waits up to 5 s for
+// them all to be answered.
 func (p *Proxy) abortStreams() {
+	p.abortCalls()
 	p.mu.Lock()
-	p.aborted = true
 	running := make([]*stream, 0, len(p.streams))
 	for s := range p.streams {
 		running = append(running, s)
@@ -255,10 +285,17 @@ func (p *Proxy) abortStreams() {
 // (Drain first to let them finish) end as when the drain timeout runs out,
 // with RUN_ERROR AGUARD_SHUTDOWN; Close waits up to 5 s for them to write it.
 func (p *Proxy) Close() error {
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	// Requests waiting for an agent would hold the server's shutdown until
+	// their agents answered: abandon them first.
+	p.abortCalls()
+	p.closeIdle()
 	err := p.server.Shutdown()
 	p.abortStreams()
 	for _, u := range p.upstreams {
-		u.client.CloseIdleConnections()
+		u.pool.close()
 	}
 	p.mu.Lock()
 	h := p.hangups
@@ -301,9 +338,37 @@ func (p *Proxy) leave() {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) route(path []byte) *upstream {
+// abortCalls abandons every request waiting for an agent's answer head
+// (503 shutting_down), and every one that starts from now on.
+func (p *Proxy) abortCalls() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.aborted = true
+	for cancel := range p.calls {
+		(*cancel)(errShutdown)
+	}
+}
+
+// trackCall adds (on) or removes a request waiting for an agent. Adding
+// abandons it at once when the proxy is shutting down.
+func (p *Proxy) trackCall(cancel *context.CancelCauseFunc, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !on {
+		delete(p.calls, cancel)
+		return
+	}
+	p.calls[cancel] = struct{}{}
+	if p.aborted {
+		(*cancel)(errShutdown)
+	}
+}
+
+// route is the upstream for a path's segments (routePath): the most
+// specific matching route, or the default.
+func (p *Proxy) route(segs []string) *upstream {
 	for _, u := range p.upstreams {
-		if u.prefix == "" || bytes.HasPrefix(path, []byte(u.prefix)) {
+		if u.prefix == "" || u.matches(segs) {
 			return u
 		}
 	}
@@ -322,7 +387,11 @@ func (p *Proxy) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 			fmt.Sprintf("request line and headers are larger than the limit of %d bytes", maxHeaderBytes))
 		return
 	}
-	p.fail(ctx, fasthttp.StatusBadRequest, "bad_request", "cannot read request: "+err.Error())
+	if errors.Is(err, errBareLF) {
+		p.fail(ctx, fasthttp.StatusBadRequest, errBadRequest, errBareLF.Error())
+		return
+	}
+	p.fail(ctx, fasthttp.StatusBadRequest, errBadRequest, "cannot read request: "+err.Error())
 }
 
 func (p *Proxy) fail(ctx *fasthttp.RequestCtx, status int, code, message string) {
@@ -343,12 +412,26 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 	if p.draining.Load() {
+		ctx.SetConnectionClose() // to a replica that is not going away
 		p.fail(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown, "aguard is shutting down")
 		return
 	}
-	up := p.route(ctx.Path())
+	if err := checkFraming(&ctx.Request.Header); err != nil {
+		ctx.SetConnectionClose()
+		p.fail(ctx, fasthttp.StatusBadRequest, errBadRequest, err.Error())
+		return
+	}
+	path, query, err := splitTarget(ctx.Request.Header.RequestURI())
+	if err == nil {
+		err = checkPath(path)
+	}
+	if err != nil {
+		p.fail(ctx, fasthttp.StatusBadRequest, errInvalidPath, err.Error())
+		return
+	}
+	up := p.route(routePath(path))
 	if up == nil {
-		p.fail(ctx, fasthttp.StatusNotFound, errNoRoute, "no route for path "+strconv.Quote(string(ctx.Path())))
+		p.fail(ctx, fasthttp.StatusNotFound, errNoRoute, "no route for path "+strconv.Quote(string(path)))
 		return
 	}
 	run := ctx.IsPost()
@@ -373,13 +456,58 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	}
 
 	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	if err := p.forwarded(ctx, req, up, up.target(path, query), in, answers); err != nil {
+		p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
+		return
+	}
+	var info policy.RequestInfo
+	if run && p.opt.Policy != nil {
+		// What the policy reads of the request is what the agent gets.
+		info = requestInfo(path, &req.Header, ctx.RemoteAddr())
+	}
+	ans, err := p.call(ctx, up, req)
+	if err != nil {
+		switch {
+		case errors.Is(err, errConsumerGone):
+			// Nobody to answer: the consumer left before the agent did.
+			p.m.requests.WithLabelValues(statusConsumerGone).Inc()
+			p.log.Info("consumer left before the agent answered", "upstream", up.base.Redacted())
+		case errors.Is(err, errShutdown):
+			ctx.SetConnectionClose()
+			p.fail(ctx, fasthttp.StatusServiceUnavailable, errShuttingDown, "aguard is shutting down")
+		default:
+			status := upstreamStatus(err)
+			p.m.upstreamErrors.WithLabelValues(strconv.Itoa(status)).Inc()
+			p.log.Warn("agent unreachable", "upstream", up.base.Redacted(), "err", err)
+			msg := "agent server unreachable: " + err.Error()
+			if status == fasthttp.StatusGatewayTimeout {
+				msg = fmt.Sprintf("the agent server sent no response headers within %s", p.opt.UpstreamTimeout)
+			}
+			p.fail(ctx, status, errUpstreamUnavailable, msg)
+		}
+		return
+	}
+	status := ans.resp.StatusCode()
+	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+	if !run || status < 200 || status > 299 || !isEventStream(ans.resp.Header.ContentType()) {
+		passThrough(ctx, ans)
+		return
+	}
+	streaming = true
+	p.startStream(ctx, ans, in, up, info)
+}
+
+// forwarded builds in req the request the agent gets: the consumer's, to
+// target, less hop-by-hop headers and any carrying the admin token, with
+// answers to held calls rewritten as declines, flattened for a 0.x agent,
+// and asking for SSE when it is a run.
+func (p *Proxy) forwarded(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *upstream, target string, in *agui.RunInput, answers map[string]agui.Answer) error {
 	ctx.Request.CopyTo(req)
 	if len(answers) > 0 {
 		body, err := agui.AnswerToolMessages(req.Body(), answers)
 		if err != nil {
-			fasthttp.ReleaseRequest(req)
-			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
-			return
+			return err
 		}
 		for id, a := range answers {
 			p.log.Info("tool message rewritten to a decline", "toolCallId", id, "reason", a.Error, "threadId", in.ThreadID, "runId", in.RunID)
@@ -389,16 +517,16 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	stripHopHeaders(&req.Header)
 	p.stripAdminToken(&req.Header)
 	req.Header.ResetConnectionClose()
-	req.SetRequestURI(up.target(ctx.RequestURI()))
-	req.Header.SetHostBytes(req.URI().Host())
+	// The target is the path as received: the request line is written from
+	// it, never from a parsed (and re-encoded) URI.
+	req.SetRequestURI(target)
+	req.Header.SetHost(up.base.Host)
 	appendForwardedFor(&req.Header, ctx.RemoteIP())
-	if run && up.legacy {
+	if in != nil && up.legacy {
 		// A 0.x agent cannot read content parts in tool messages.
 		body, lost, err := downgrade.Input(req.Body())
 		if err != nil {
-			fasthttp.ReleaseRequest(req)
-			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
-			return
+			return err
 		}
 		for _, n := range lost {
 			p.m.notes.WithLabelValues(n.Kind).Inc()
@@ -406,32 +534,33 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		}
 		req.SetBody(body)
 	}
-	if run {
+	if in != nil {
 		// aguard reads SSE only; an agent that could answer in protobuf or
 		// compressed must not.
 		req.Header.Set("Accept", "text/event-stream")
 		req.Header.Set("Accept-Encoding", "identity")
 	}
-	resp := fasthttp.AcquireResponse()
-	err := up.client.DoTimeout(req, resp, p.opt.UpstreamTimeout)
-	fasthttp.ReleaseRequest(req)
-	if err != nil {
-		fasthttp.ReleaseResponse(resp)
-		status := upstreamStatus(err)
-		p.m.upstreamErrors.WithLabelValues(strconv.Itoa(status)).Inc()
-		p.log.Warn("agent unreachable", "upstream", up.base.Redacted(), "err", err)
-		p.fail(ctx, status, errUpstreamUnavailable, "agent server unreachable: "+err.Error())
-		return
+	return nil
+}
+
+// call sends req to up and returns the answer, its body left to read. It is
+// abandoned, with errConsumerGone, as soon as the consumer of ctx leaves,
+// with errShutdown when the drain timeout runs out or the proxy closes, and
+// with a deadline error after --upstream-timeout.
+func (p *Proxy) call(ctx *fasthttp.RequestCtx, up *upstream, req *fasthttp.Request) (*reply, error) {
+	cctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	cctx, cancelTimeout := context.WithTimeout(cctx, p.opt.UpstreamTimeout)
+	defer cancelTimeout()
+	p.trackCall(&cancel, true)
+	defer p.trackCall(&cancel, false)
+	stop := p.watchRequest(ctx.Conn(), cancel)
+	defer stop()
+	ans, err := up.do(cctx, req)
+	if err != nil && cctx.Err() != nil {
+		err = context.Cause(cctx)
 	}
-	liftReadDeadline(resp)
-	status := resp.StatusCode()
-	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
-	if !run || status < 200 || status > 299 || !isEventStream(resp.Header.ContentType()) {
-		passThrough(ctx, resp)
-		return
-	}
-	streaming = true
-	p.startStream(ctx, resp, in, up)
+	return ans, err
 }
 
 // stripAdminToken removes every header whose value carries the admin token.
@@ -496,17 +625,15 @@ func copyResponseHeaders(dst *fasthttp.ResponseHeader, src *fasthttp.ResponseHea
 
 // passThrough sends the agent's answer to the consumer unchanged: status,
 // headers (less hop-by-hop) and body, streamed.
-func passThrough(ctx *fasthttp.RequestCtx, resp *fasthttp.Response) {
-	ctx.SetStatusCode(resp.StatusCode())
-	copyResponseHeaders(&ctx.Response.Header, &resp.Header, "Content-Length")
-	body := resp.BodyStream()
-	if body == nil {
-		ctx.SetBody(resp.Body())
-		fasthttp.ReleaseResponse(resp)
+func passThrough(ctx *fasthttp.RequestCtx, ans *reply) {
+	ctx.SetStatusCode(ans.resp.StatusCode())
+	copyResponseHeaders(&ctx.Response.Header, &ans.resp.Header, "Content-Length")
+	if ans.body == nil {
+		ans.release()
 		return
 	}
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer fasthttp.ReleaseResponse(resp)
-		io.Copy(w, body)
+		defer ans.release()
+		io.Copy(w, ans)
 	})
 }

@@ -1,10 +1,10 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/sse"
 	"github.com/valyala/fasthttp"
 )
@@ -31,31 +32,32 @@ func (e idleError) Error() string {
 }
 
 // stream is one consumer's event stream. Its pump goroutine owns the
-// upstream body and reads it inline: an event goes from the agent's socket
-// through the checks to the consumer's socket without changing goroutine.
-// What can end a stream from outside — the consumer leaving (watchConsumer,
-// hangup.go), the drain timeout (Proxy.Drain) or Close, the agent going
-// silent (tick) — closes the upstream body, which interrupts the pump's
-// blocked read.
+// agent's answer and reads its body inline: an event goes from the agent's
+// socket through the checks to the consumer's socket without changing
+// goroutine. What can end a stream from outside — the consumer leaving
+// (watchConsumer, hangup.go), the drain timeout (Proxy.Drain) or Close, the
+// agent going silent (tick) — closes the agent's connection, which
+// interrupts the pump's blocked read.
 //
 // Output is written to the hijacked connection as HTTP/1.1 chunks, flushed
 // just before each upstream read: no event waits for the agent's next bytes,
-// and events that arrived together go out in one write.
+// and events that arrived together go out in one write. When the stream
+// ends, an HTTP/1.1 consumer's connection is kept for its next request
+// (serveNext) unless it asked for Connection: close.
 type stream struct {
 	p     *Proxy
-	resp  *fasthttp.Response
-	body  io.Reader // resp.BodyStream()
+	ans   *reply
 	pipe  *Pipeline
 	led   *ledger // nil without a state store
 	log   *slog.Logger
 	start time.Time
 	head  []byte // the response head, written first
 	chunk bool   // HTTP/1.1: chunked framing; HTTP/1.0: the body runs to close
-	// flushInRead: the upstream connection has no read hook, so the body
-	// reader flushes before each read instead (set by pump).
-	flushInRead bool
+	// keep: the consumer's connection is kept after the stream (HTTP/1.1,
+	// and no Connection: close).
+	keep bool
 
-	// Upstream side, guarded by umu: once the pump releases the response,
+	// Upstream side, guarded by umu: once the pump releases the answer,
 	// nothing may touch it.
 	umu      sync.Mutex
 	released bool
@@ -114,21 +116,25 @@ func (s *stream) flushCountsLocked(now int64) {
 // line ("ffffffff\r\n").
 const chunkHead = 10
 
-func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, in *agui.RunInput, up *upstream) {
+// startStream streams the agent's answer ans to the consumer of ctx through
+// the checks; info is what the policy may read of the request.
+func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunInput, up *upstream, info policy.RequestInfo) {
 	h := &ctx.Response.Header
-	h.SetStatusCode(resp.StatusCode())
-	copyResponseHeaders(h, &resp.Header,
+	h.SetStatusCode(ans.resp.StatusCode())
+	copyResponseHeaders(h, &ans.resp.Header,
 		"Content-Length", "Content-Type", "Cache-Control", "Content-Encoding", "X-Accel-Buffering")
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	// The connection is read to see the consumer leave and is not reused.
-	h.SetConnectionClose()
 	chunk := ctx.Request.Header.IsHTTP11()
+	keep := chunk && !ctx.Request.Header.ConnectionClose()
 	if chunk {
 		h.SetContentLength(-1) // Transfer-Encoding: chunked
 	} else {
 		h.SetContentLength(-2) // identity body, ended by closing
+	}
+	if !keep {
+		h.SetConnectionClose()
 	}
 
 	route := up.prefix
@@ -137,17 +143,17 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	}
 	opts := agui.Options{Monitor: p.opt.Monitor}
 	if p.opt.Policy != nil {
-		opts.Decider = NewDecider(p.opt.Policy, in, route, requestInfo(ctx), p.opt.ApprovalTimeout)
+		opts.Decider = NewDecider(p.opt.Policy, in, route, info, p.opt.ApprovalTimeout)
 	}
 	s := &stream{
 		p:     p,
-		resp:  resp,
-		body:  resp.BodyStream(),
+		ans:   ans,
 		pipe:  NewPipeline(in, opts),
 		log:   p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
 		start: time.Now(),
 		head:  append([]byte(nil), h.Header()...),
 		chunk: chunk,
+		keep:  keep,
 		out:   make([]byte, chunkHead, 512),
 	}
 	if p.opt.State != nil {
@@ -155,24 +161,52 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, resp *fasthttp.Response, i
 	}
 	p.m.streamsOpen.Inc()
 	ctx.HijackSetNoResponse(true)
-	ctx.Hijack(func(c net.Conn) {
+	ctx.Hijack(func(hc net.Conn) {
+		c := hc
 		if u, ok := c.(interface{ UnsafeConn() net.Conn }); ok {
 			c = u.UnsafeConn()
 		}
 		// fasthttp holds its request buffer (8 KiB) and the RequestCtx
 		// until this function returns, then closes c. The stream runs on a
 		// connection of its own instead, a duplicate of c's descriptor, so
-		// the server has both back at once, for its next request. Nothing
-		// buffered is lost: an SSE consumer sends nothing after its request,
-		// and the connection is closed when the stream ends.
+		// the server has both back at once. The duplicate is handed back to
+		// the server for the consumer's next request when the stream ends
+		// (serveNext). Nothing buffered is lost: a consumer sends its next
+		// request after this stream's end, unless it pipelined one, and
+		// then the stream ends with Connection: close.
+		if s.keep && pipelined(hc, c) {
+			s.keep = false
+			s.head = withConnectionClose(s.head)
+		}
 		if !p.shareConns.Load() {
 			if own, err := ownConn(c); err == nil {
-				go s.run(own)
+				go func() {
+					if s.run(own) {
+						p.serveNext(own)
+					}
+				}()
 				return
 			}
 		}
-		s.run(c) // no descriptor to duplicate (TLS, or no platform support)
+		// No descriptor to duplicate (no platform support): the server
+		// closes c when the stream is over.
+		if s.keep {
+			s.keep = false
+			s.head = withConnectionClose(s.head)
+		}
+		s.run(c)
 	})
+}
+
+// withConnectionClose adds Connection: close to a response head.
+func withConnectionClose(head []byte) []byte {
+	end := bytes.LastIndex(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		return head
+	}
+	out := append([]byte(nil), head[:end+2]...)
+	out = append(out, "Connection: close\r\n\r\n"...)
+	return out
 }
 
 // ownConn returns a connection on a duplicate of c's descriptor: the same
@@ -192,9 +226,10 @@ func ownConn(c net.Conn) (net.Conn, error) {
 
 // run serves the stream on the hijacked connection (usually its own
 // duplicate, in its own goroutine, after the hijack handler has returned);
-// it must not touch the RequestCtx. It closes the connection when the stream
-// is over.
-func (s *stream) run(c net.Conn) {
+// it must not touch the RequestCtx. When the stream is over it closes the
+// connection, or reports true: the connection is the caller's, open and
+// ready for the consumer's next request.
+func (s *stream) run(c net.Conn) (keep bool) {
 	p := s.p
 	defer p.leave()
 	defer p.m.streamsOpen.Dec()
@@ -216,10 +251,19 @@ func (s *stream) run(c net.Conn) {
 		end = s.pump()
 	}
 
+	// Nothing may interrupt the stream from here on, and nothing watches
+	// the consumer's connection: it may carry the next request at once.
+	s.umu.Lock()
+	s.released = true
+	s.umu.Unlock()
+	stopWatch()
+
 	s.wmu.Lock()
 	s.flushCountsLocked(0)
+	wrote := false
 	if end != "consumer_gone" && s.chunk {
-		c.Write([]byte("0\r\n\r\n"))
+		_, err := c.Write([]byte("0\r\n\r\n"))
+		wrote = err == nil
 	}
 	s.finished = true
 	if s.timer != nil {
@@ -227,22 +271,22 @@ func (s *stream) run(c net.Conn) {
 	}
 	s.wmu.Unlock()
 
-	s.umu.Lock()
-	s.released = true
-	s.umu.Unlock()
-	stopWatch()
-	c.Close()
 	if end != "completed" {
-		// Closing the body closes the upstream connection: the agent sees
-		// its request cancelled.
-		if rc, ok := s.body.(fasthttp.ReadCloserWithError); ok {
-			rc.CloseWithError(errConsumerGone)
-		}
+		// Closing the agent's connection: the agent sees its request
+		// cancelled.
+		s.ans.abort()
 	}
-	fasthttp.ReleaseResponse(s.resp)
+	s.ans.release()
 	p.m.streamEnds.WithLabelValues(end).Inc()
 	p.m.duration.Observe(time.Since(s.start).Seconds())
 	s.log.Info("stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))
+
+	keep = s.keep && wrote && (end == "completed" || end == "ended") && !p.draining.Load()
+	if keep && c.SetWriteDeadline(time.Time{}) == nil {
+		return true
+	}
+	c.Close()
+	return false
 }
 
 // pump moves events until the stream is over and says how it ended:
@@ -250,19 +294,16 @@ func (s *stream) run(c net.Conn) {
 // limit, silence), "consumer_gone", or "shutdown".
 func (s *stream) pump() string {
 	p := s.p
-	if s.body == nil {
+	if s.ans.body == nil {
 		return s.emit(s.pipe.End(nil), 0, "completed")
 	}
 	// Flush before every read of the agent's socket: those are the reads
 	// that may block. (The body reader above it may hand back an event it
 	// already holds without touching the socket; flushing there would
 	// write a backlog one event at a time.)
-	if c := connOf(s.resp); c != nil {
-		c.beforeRead = s.flushForRead
-		defer func() { c.beforeRead = nil }()
-	} else {
-		s.flushInRead = true
-	}
+	c := s.ans.conn
+	c.beforeRead = s.flushForRead
+	defer func() { c.beforeRead = nil }()
 	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
 		if err != nil {
 			cause := s.interruption()
@@ -414,9 +455,7 @@ func (s *stream) interrupt(cause error) {
 		return
 	}
 	s.cause = cause
-	if rc, ok := s.body.(fasthttp.ReadCloserWithError); ok {
-		rc.CloseWithError(cause) // waits for a blocked read to return
-	}
+	s.ans.abort() // a blocked read returns
 }
 
 // interruption is why the upstream read was interrupted, if it was.
@@ -441,18 +480,12 @@ func (s *stream) flushForRead() error {
 }
 
 // upstreamReader is the pump's view of the upstream body. It counts the
-// reads that brought bytes, comments included (see tick); and, when the
-// connection is not a trackedConn, flushes before each read.
+// reads that brought bytes, comments included (see tick).
 type upstreamReader struct{ s *stream }
 
 func (u upstreamReader) Read(b []byte) (int, error) {
 	s := u.s
-	if s.flushInRead {
-		if err := s.flushForRead(); err != nil {
-			return 0, err
-		}
-	}
-	n, err := s.body.Read(b)
+	n, err := s.ans.Read(b)
 	if n > 0 {
 		s.reads.Add(1)
 	}

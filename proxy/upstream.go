@@ -1,31 +1,43 @@
 package proxy
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// upstream is one agent server: its base URL and a streaming client for it.
+// upstream is one agent server: its base URL, the route that leads to it,
+// and the pool of connections to it.
 type upstream struct {
-	base   *url.URL
-	prefix string // route path prefix; "" for the default upstream
-	legacy bool   // the agent server is on the 0.x line
-	client *fasthttp.HostClient
+	base     *url.URL
+	basePath string   // base's path as written (escaped), without a trailing slash
+	prefix   string   // route path prefix; "" for the default upstream
+	segments []string // prefix's segments, percent-decoded
+	legacy   bool     // the agent server is on the 0.x line
+	keep     *keepalive
+	pool     *pool
 }
 
-func newUpstream(rawURL, prefix, protocol string, maxConns int) (*upstream, error) {
+func newUpstream(rawURL, prefix, protocol string, maxConns int, keep *keepalive, m *Metrics) (*upstream, error) {
 	if protocol != "" && protocol != "1.0" && protocol != "0.x" {
 		return nil, fmt.Errorf("upstream %q: protocol: want 1.0 or 0.x, got %q", rawURL, protocol)
 	}
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("upstream %q: %w", rawURL, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("upstream %q: want an http:// or https:// URL", rawURL)
+	}
+	segments, err := routeSegments(prefix)
+	if err != nil {
+		return nil, err
 	}
 	addr := u.Host
 	if u.Port() == "" {
@@ -35,101 +47,87 @@ func newUpstream(rawURL, prefix, protocol string, maxConns int) (*upstream, erro
 			addr = net.JoinHostPort(u.Hostname(), "80")
 		}
 	}
-	d := &net.Dialer{KeepAlive: 30 * time.Second}
-	hc := &fasthttp.HostClient{
-		Addr:  addr,
-		IsTLS: u.Scheme == "https",
-		// Streams are read as they arrive; fasthttp's ReadTimeout and
-		// MaxResponseBodySize would stay armed over the whole body and cut
-		// long runs, so both stay off. The header deadline is set per request
-		// (DoTimeout) and lifted once the headers are in (see trackedConn).
-		StreamResponseBody:            true,
-		MaxConns:                      maxConns,
-		MaxConnWaitTimeout:            5 * time.Second,
-		DisableHeaderNamesNormalizing: true,
-		DisablePathNormalizing:        true,
-		NoDefaultUserAgentHeader:      true,
-		Dial: func(addr string) (net.Conn, error) {
-			c, err := d.Dial("tcp", addr)
-			if err != nil {
-				return nil, err
-			}
-			return newTrackedConn(c), nil
-		},
+	var tlsConf *tls.Config
+	if u.Scheme == "https" {
+		tlsConf = &tls.Config{ServerName: u.Hostname(), NextProtos: []string{"http/1.1"}}
 	}
-	return &upstream{base: u, prefix: prefix, legacy: protocol == "0.x", client: hc}, nil
+	return &upstream{
+		base:     u,
+		basePath: strings.TrimSuffix(u.EscapedPath(), "/"),
+		prefix:   prefix,
+		segments: segments,
+		legacy:   protocol == "0.x",
+		keep:     keep,
+		pool:     newPool(addr, tlsConf, maxConns, keep, m),
+	}, nil
 }
 
-// target builds the upstream URL: the base URL with the request URI's path
-// appended, and its query kept.
-func (u *upstream) target(requestURI []byte) string {
-	base := *u.base
-	path, query, _ := strings.Cut(string(requestURI), "?")
-	base.Path = strings.TrimSuffix(base.Path, "/") + path
-	base.RawPath = ""
-	base.RawQuery = query
-	return base.String()
+// target is the request-target the agent receives: the base URL's path with
+// the consumer's path and query appended exactly as received (RFC 3986
+// percent-encoding is neither added nor removed).
+func (u *upstream) target(path, query []byte) string {
+	var b strings.Builder
+	b.Grow(len(u.basePath) + len(path) + 1 + len(query))
+	b.WriteString(u.basePath)
+	b.Write(path)
+	if len(query) > 0 {
+		b.WriteByte('?')
+		b.Write(query)
+	}
+	return b.String()
 }
 
-// trackedConn is the connection the upstream client dials. fasthttp arms the
-// connection's read deadline for DoTimeout and, with a streamed body, leaves
-// it armed while the body is read, which would cut a long run. The response
-// reports the connection's LocalAddr, so the address carries a way back to the
-// connection: once the headers are in, the proxy lifts the deadline.
-type trackedConn struct {
-	net.Conn
-	addr trackedAddr
-	// beforeRead, while a stream reads this connection, is called before
-	// each socket read, on the stream's goroutine: the stream flushes its
-	// pending output there, since the read may block.
-	beforeRead func() error
-}
+// maxResends bounds how often one request is sent again after failing on a
+// connection the agent had closed.
+const maxResends = 2
 
-// Read implements net.Conn.
-func (c *trackedConn) Read(b []byte) (int, error) {
-	if c.beforeRead != nil {
-		if err := c.beforeRead(); err != nil {
-			return 0, err
+// do sends req to the agent server and returns its answer, the body left to
+// read. ctx bounds waiting for a connection, connecting, sending and
+// receiving the answer's head; cancelling it abandons the request.
+//
+// A request that fails is sent again, on another connection, only when the
+// agent cannot have acted on it: its TCP stack acknowledged none of it (the
+// agent had closed the connection before the request arrived); or the
+// method is one RFC 9110 §9.2.2 lets a client repeat and the connection was
+// a reused one that answered nothing. A run (POST) that may have reached the
+// agent is never sent twice.
+func (u *upstream) do(ctx context.Context, req *fasthttp.Request) (*reply, error) {
+	for resends := 0; ; resends++ {
+		c, err := u.pool.get(ctx)
+		if err != nil {
+			return nil, err
 		}
-	}
-	return c.Conn.Read(b)
-}
-
-type trackedAddr struct {
-	net.Addr
-	conn *trackedConn
-}
-
-func newTrackedConn(c net.Conn) *trackedConn {
-	tc := &trackedConn{Conn: c}
-	tc.addr = trackedAddr{Addr: c.LocalAddr(), conn: tc}
-	return tc
-}
-
-func (c *trackedConn) LocalAddr() net.Addr { return &c.addr }
-
-// liftReadDeadline removes the header deadline from the connection that
-// carried resp.
-func liftReadDeadline(resp *fasthttp.Response) {
-	if c := connOf(resp); c != nil {
-		c.Conn.SetReadDeadline(time.Time{})
+		reused := c.requests > 0
+		resp := fasthttp.AcquireResponse()
+		br, err := c.roundTrip(ctx, req, resp)
+		if err == nil {
+			if ka := resp.Header.Peek("Keep-Alive"); len(ka) > 0 {
+				u.keep.advertise(ka)
+			}
+			return &reply{resp: resp, conn: c, br: br, body: resp.BodyStream()}, nil
+		}
+		fasthttp.ReleaseResponse(resp)
+		var e *exchangeError
+		if errors.As(err, &e) && resends < maxResends && (e.unreceived || (reused && e.unanswered && replayable(req))) {
+			u.pool.m.upstreamResends.Inc()
+			continue
+		}
+		return nil, err
 	}
 }
 
-// connOf is the connection that carried resp, or nil.
-func connOf(resp *fasthttp.Response) *trackedConn {
-	if a, ok := resp.LocalAddr().(*trackedAddr); ok {
-		return a.conn
-	}
-	return nil
+// replayable reports a method a client may repeat by itself: safe methods
+// (RFC 9110 §9.2.1), as Go's net/http transport does.
+func replayable(req *fasthttp.Request) bool {
+	h := &req.Header
+	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsTrace()
 }
 
 // upstreamStatus maps an error of the upstream request to the HTTP status the
 // consumer gets: 504 when the agent did not answer in time, 502 otherwise.
 func upstreamStatus(err error) int {
-	var ne net.Error
-	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrDialTimeout) ||
-		errors.Is(err, fasthttp.ErrTLSHandshakeTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+	var timeout interface{ Timeout() bool } // net.Error, and fasthttp's ErrTimeout
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &timeout) && timeout.Timeout()) {
 		return fasthttp.StatusGatewayTimeout
 	}
 	return fasthttp.StatusBadGateway
@@ -143,15 +141,19 @@ var hopHeaders = []string{
 }
 
 func stripHopHeaders(h interface {
-	Peek(string) []byte
+	PeekAll(string) [][]byte
 	Del(string)
 }) {
-	if c := h.Peek("Connection"); len(c) > 0 {
+	var named []string
+	for _, c := range h.PeekAll("Connection") {
 		for name := range strings.SplitSeq(string(c), ",") {
 			if name = strings.TrimSpace(name); name != "" {
-				h.Del(name)
+				named = append(named, name)
 			}
 		}
+	}
+	for _, name := range named {
+		h.Del(name)
 	}
 	for _, name := range hopHeaders {
 		h.Del(name)

@@ -83,6 +83,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		Heartbeat:           cfg.Heartbeat,
 		UpstreamTimeout:     cfg.UpstreamTimeout,
 		UpstreamIdleTimeout: cfg.UpstreamIdleTimeout,
+		UpstreamKeepalive:   cfg.UpstreamKeepalive,
 		Monitor:             cfg.Mode == "monitor",
 		Policy:              engine,
 		ApprovalTimeout:     cfg.ApprovalTimeout,
