@@ -280,7 +280,8 @@ measure() {
 	[[ $target == aguard-redis || $target == aguard-ledger ]] && watch+=(-watch "redis=$REDIS_PID")
 	quiet "$RES/$phase-$target.noise"
 	log "$phase / $target ($(cat "$RES/$phase-$target.noise"))"
-	timeout 180 "$BIN/loadgen" -json -label "$phase-$target" -url "${URL[$target]}?$query" "${watch[@]}" "$@" \
+	timeout 180 "$BIN/loadgen" -json -label "$phase-$target" -url "${URL[$target]}?$query" "${watch[@]}" \
+		-agent-stats "http://127.0.0.1:$SIM_PORT/stats" "$@" \
 		>"$RES/$phase-$target.json" || die "loadgen failed in $phase / $target"
 }
 

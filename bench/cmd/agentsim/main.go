@@ -5,7 +5,9 @@
 // with "t=<send time in Unix nanoseconds>;", optional tool calls, and
 // RUN_FINISHED with the frontend calls left pending. The flags set the
 // default shape; a request may override each with a query parameter of the
-// same name (events, rate, delta, tools, args, frontend, idle).
+// same name (events, rate, delta, tools, args, frontend, idle). GET /stats
+// answers {"connections":N,"runs":M}: the connections accepted and the runs
+// served since the start, for counting what a run costs.
 //
 //	agentsim -listen 127.0.0.1:18401 -events 1000 -rate 20
 //	agentsim -print -tools 2 -args 1024 -frontend   # write one run to stdout
@@ -24,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -61,7 +64,25 @@ func main() {
 	if err != nil {
 		log.Fatalf("agentsim: %v", err)
 	}
-	srv := &http.Server{Handler: sim.Handler(cfg), ReadHeaderTimeout: 10 * time.Second}
+	var conns, runs atomic.Int64
+	runsHandler := sim.Handler(cfg)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"connections":%d,"runs":%d}`+"\n", conns.Load(), runs.Load())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			runs.Add(1)
+		}
+		runsHandler.ServeHTTP(w, r)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		}}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	go func() {

@@ -49,6 +49,13 @@ type result struct {
 		RSSAfterKiB    int64   `json:"rssAfterKiB"`
 		RSSPerStreamKB float64 `json:"rssPerStreamKiB"`
 	} `json:"procs"`
+	// Connections loadgen opened, and (-agent-stats) those the agent
+	// accepted and the runs it served, over the whole loadgen run.
+	ConsumerConns int64 `json:"consumerConnections"`
+	Agent         *struct {
+		Connections int64 `json:"connections"`
+		Runs        int64 `json:"runs"`
+	} `json:"agent"`
 	// Noise is what run.sh recorded about the machine before the run.
 	Noise string `json:"-"`
 }
@@ -198,6 +205,19 @@ var (
 	p999 = lat(func(r *result) float64 { return r.Latency.P999 })
 	eps  = func(r *result) (float64, bool) { return r.EventsPerSec, true }
 	runs = func(r *result) (float64, bool) { return float64(r.RunsDone), true }
+	// Connections per run the agent served: what a run costs each side.
+	consumerConnsPerRun = func(r *result) (float64, bool) {
+		if r.Agent == nil || r.Agent.Runs == 0 {
+			return 0, false
+		}
+		return float64(r.ConsumerConns) / float64(r.Agent.Runs), true
+	}
+	agentConnsPerRun = func(r *result) (float64, bool) {
+		if r.Agent == nil || r.Agent.Runs == 0 {
+			return 0, false
+		}
+		return float64(r.Agent.Connections) / float64(r.Agent.Runs), true
+	}
 )
 
 func errorsOf(r *result) string {
@@ -356,6 +376,8 @@ func write(w io.Writer, res results, meta string, pacedRate, toolsRate float64) 
 		t.added(label+": added p99 (minus direct), ms", "tools")
 		t.figures(fmt.Sprintf("%s: events/s delivered (offered %.0f)", label, float64(ts)*toolsRate), "tools", "%.0f", eps, nil, true)
 		t.figures("runs completed (RUN_FINISHED received, whole run)", "tools", "%.0f", runs, nil, true)
+		t.figures("connections opened per run, consumer side (whole run)", "tools", "%.3f", consumerConnsPerRun, nil, false)
+		t.figures("connections accepted per run, agent side (whole run)", "tools", "%.3f", agentConnsPerRun, nil, false)
 		t.figures("CPU s of the proxy per 1M events, tools", "tools", "%.2f", procCPU("proxy"), proxies, true)
 		t.figures("(redis-server CPU s per 1M events, tools)", "tools", "%.2f", procCPU("redis"), redisUsers, false)
 		t.figures("(agentsim CPU s per 1M events, tools, for scale)", "tools", "%.2f", procCPU("agentsim"), nil, false)

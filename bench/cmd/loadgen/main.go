@@ -18,8 +18,15 @@
 // -watch name=pid (repeatable) accounts a process and its direct children:
 // CPU seconds over the window, and RSS.
 //
+// Every mode counts the connections loadgen opens (what runs cost a
+// consumer, or the ingress in front of the proxy); with -agent-stats
+// (agentsim's GET /stats) it also counts those the agent accepted and the
+// runs it served meanwhile (what they cost the agent). -pause leaves a gap
+// between a stream's runs, as bursty traffic does.
+//
 //	loadgen -url 'http://127.0.0.1:18402/agent?events=1000000' -streams 50 -duration 10s
 //	loadgen -url 'http://127.0.0.1:18402/agent?idle=true' -idle -streams 1000 -watch proxy=1234
+//	loadgen -url 'http://127.0.0.1:18403/agent?events=20' -streams 20 -pause 2s -agent-stats http://127.0.0.1:18401/stats
 //
 // Only loopback URLs are accepted.
 package main
@@ -64,6 +71,8 @@ type options struct {
 	label    string
 	jsonOut  bool
 	watch    []watched
+	pause    time.Duration
+	agent    string // agentsim's /stats URL
 }
 
 func main() {
@@ -83,6 +92,8 @@ func main() {
 	flag.StringVar(&o.ready, "ready-file", "", "idle mode: create this file once memory was sampled with the streams open")
 	flag.StringVar(&o.label, "label", "", "label carried into the output")
 	flag.BoolVar(&o.jsonOut, "json", false, "write the result as JSON instead of a table")
+	flag.DurationVar(&o.pause, "pause", 0, "stream mode: wait this long between a stream's runs")
+	flag.StringVar(&o.agent, "agent-stats", "", "agentsim's /stats URL (loopback only): count the connections the agent accepted and the runs it served")
 	flag.Func("watch", "name=pid of a process to account (with its direct children); repeatable", func(s string) error {
 		w, err := parseWatch(s)
 		if err == nil {
@@ -94,6 +105,11 @@ func main() {
 
 	if err := checkURL(o.url); err != nil {
 		log.Fatalf("loadgen: -url: %v", err)
+	}
+	if o.agent != "" {
+		if err := checkURL(o.agent); err != nil {
+			log.Fatalf("loadgen: -agent-stats: %v", err)
+		}
 	}
 	if o.streams <= 0 {
 		log.Fatal("loadgen: -streams must be positive")
@@ -156,6 +172,64 @@ type result struct {
 	Latency      *latency       `json:"latency,omitempty"`
 	Opened       int            `json:"opened,omitempty"` // idle mode: streams open when memory was sampled
 	Procs        []procResult   `json:"procs"`
+	// Connections loadgen opened, over the whole run (ramp and warm-up
+	// included); with -agent-stats, those the agent accepted and the runs it
+	// served meanwhile.
+	ConsumerConns int64       `json:"consumerConnections"`
+	Agent         *agentStats `json:"agent,omitempty"`
+}
+
+// agentStats is agentsim's GET /stats, or the difference of two.
+type agentStats struct {
+	Connections int64 `json:"connections"`
+	Runs        int64 `json:"runs"`
+}
+
+// readAgentStats reads agentsim's counts.
+func readAgentStats(url string) (agentStats, error) {
+	var a agentStats
+	resp, err := http.Get(url)
+	if err != nil {
+		return a, fmt.Errorf("-agent-stats: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return a, fmt.Errorf("-agent-stats: %s answered %d", url, resp.StatusCode)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		return a, fmt.Errorf("-agent-stats: %w", err)
+	}
+	return a, nil
+}
+
+// countConns counts the connections a run opens: the consumer's own, and
+// with -agent-stats, the agent's.
+type countConns struct {
+	url    string
+	dialed atomic.Int64
+	agent0 agentStats
+}
+
+func (c *countConns) begin() error {
+	if c.url == "" {
+		return nil
+	}
+	var err error
+	c.agent0, err = readAgentStats(c.url)
+	return err
+}
+
+func (c *countConns) end(res *result) error {
+	res.ConsumerConns = c.dialed.Load()
+	if c.url == "" {
+		return nil
+	}
+	a, err := readAgentStats(c.url)
+	if err != nil {
+		return err
+	}
+	res.Agent = &agentStats{Connections: a.Connections - c.agent0.Connections, Runs: a.Runs - c.agent0.Runs}
+	return nil
 }
 
 // latency summarises the stamped events received inside the window, in
@@ -278,9 +352,16 @@ func runBody(o *options, n int64) []byte {
 	return b
 }
 
-func newClient(streams int) *http.Client {
+func newClient(streams int, cc *countConns) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
 	return &http.Client{Transport: &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err == nil {
+				cc.dialed.Add(1)
+			}
+			return c, err
+		},
 		MaxIdleConns:        streams,
 		MaxIdleConnsPerHost: streams,
 		DisableCompression:  true,
@@ -297,7 +378,11 @@ func (w window) in(t time.Time) bool { return !t.Before(w.start) && t.Before(w.e
 // runStreams is stream mode.
 func runStreams(o *options) (*result, error) {
 	c := &counters{errors: map[string]int{}}
-	client := newClient(o.streams)
+	cc := &countConns{url: o.agent}
+	if err := cc.begin(); err != nil {
+		return nil, err
+	}
+	client := newClient(o.streams, cc)
 	s := newSampler(o.watch)
 	t0 := time.Now()
 	win := window{start: t0.Add(o.ramp + o.warmup)}
@@ -316,7 +401,14 @@ func runStreams(o *options) (*result, error) {
 				return
 			}
 			var local []int64
-			for ctx.Err() == nil {
+			for first := true; ctx.Err() == nil; first = false {
+				if !first && o.pause > 0 {
+					select {
+					case <-time.After(o.pause):
+					case <-ctx.Done():
+						continue
+					}
+				}
 				n := c.runsStarted.Add(1)
 				if n > o.maxRuns {
 					break
@@ -349,13 +441,18 @@ func runStreams(o *options) (*result, error) {
 	res.Errors = c.errors
 	res.Latency = summarise(c.samples)
 	res.Procs = s.procs
-	return res, nil
+	client.CloseIdleConnections()
+	return res, cc.end(res)
 }
 
 // runIdle is idle mode.
 func runIdle(o *options) (*result, error) {
 	c := &counters{errors: map[string]int{}}
-	client := newClient(o.streams)
+	cc := &countConns{url: o.agent}
+	if err := cc.begin(); err != nil {
+		return nil, err
+	}
+	client := newClient(o.streams, cc)
 	s := newSampler(o.watch)
 	res := &result{Label: o.label, Mode: "idle", URL: o.url, Streams: o.streams, LoadAvgStart: loadAvg()}
 	// Let the processes' memory settle from whatever came before.
@@ -409,7 +506,7 @@ func runIdle(o *options) (*result, error) {
 	res.EventsTotal = c.eventsTotal.Load()
 	res.Errors = c.errors
 	res.Procs = s.procs
-	return res, nil
+	return res, cc.end(res)
 }
 
 var (
@@ -560,6 +657,14 @@ func (r *result) printTable(w io.Writer) {
 	for k, v := range r.Errors {
 		fmt.Fprintf(w, "error %q: %d\n", k, v)
 	}
+	fmt.Fprintf(w, "connections opened by the consumer: %d", r.ConsumerConns)
+	if a := r.Agent; a != nil {
+		fmt.Fprintf(w, "; accepted by the agent: %d, for %d runs", a.Connections, a.Runs)
+		if a.Runs > 0 {
+			fmt.Fprintf(w, " (per run: consumer %.3f, agent %.3f)", float64(r.ConsumerConns)/float64(a.Runs), float64(a.Connections)/float64(a.Runs))
+		}
+	}
+	fmt.Fprintln(w)
 	for _, p := range r.Procs {
 		fmt.Fprintf(w, "%-10s pids %v  cpu %.2f s (%.2f s per 1M events)  rss %d -> %d KiB", p.Name, p.PIDs, p.CPUSeconds, p.CPUPerMEvents, p.RSSBeforeKiB, p.RSSAfterKiB)
 		if r.Mode == "idle" {
