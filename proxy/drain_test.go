@@ -101,3 +101,46 @@ func TestCloseEndsRunningStreams(t *testing.T) {
 		t.Fatal("the agent's request was not cancelled")
 	}
 }
+
+// TestDrainAbandonsRequestsTheAgentHasNotAnswered pins that the drain
+// timeout ends a request whose agent still holds its response headers: the
+// consumer gets 503 shutting_down and the agent's request is cancelled,
+// rather than the drain (and the shutdown after it) waiting for
+// --upstream-timeout.
+func TestDrainAbandonsRequestsTheAgentHasNotAnswered(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	cancelled := make(chan struct{}, 1)
+	release := make(chan struct{})
+	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		arrived <- struct{}{}
+		select {
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-release: // the test is over
+		}
+	}, func(o *Options) { o.UpstreamTimeout = time.Hour })
+	t.Cleanup(func() { close(release) })
+	answered := make(chan *http.Response, 1)
+	go func() { answered <- h.post(t, context.Background(), "/agent", runInput("t", "r")) }()
+	<-arrived
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := h.p.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Drain = %v, want the deadline error", err)
+	}
+	select {
+	case resp := <-answered:
+		defer resp.Body.Close()
+		if e := decodeError(t, resp); resp.StatusCode != 503 || e.Error.Code != "shutting_down" {
+			t.Fatalf("got %d %+v", resp.StatusCode, e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the consumer got no answer after the drain timeout")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent's request was not cancelled")
+	}
+}

@@ -199,11 +199,17 @@ func (p *pool) unlinkLocked(c *upConn) {
 	}
 }
 
-// expire closes c if it is still idle and has been for the keep-alive bound.
+// expire closes c if it is still idle and has been for the keep-alive bound
+// (which may have grown since c was put back: then it waits again).
 func (p *pool) expire(c *upConn) {
 	now := time.Now()
 	p.mu.Lock()
-	if !c.pooled || now.Sub(c.idleSince) < p.keep.bound(now) {
+	if !c.pooled {
+		p.mu.Unlock()
+		return
+	}
+	if left := p.keep.bound(now) - now.Sub(c.idleSince); left > 0 {
+		c.timer.Reset(left)
 		p.mu.Unlock()
 		return
 	}
