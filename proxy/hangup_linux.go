@@ -12,14 +12,15 @@ import (
 // hangups is one epoll set holding the connections aguard waits on for the
 // peer's close (EPOLLRDHUP; EPOLLHUP and EPOLLERR for a reset): the consumer
 // of every running stream, the consumer of every request waiting for the
-// agent's headers, and every connection to an agent. The set's own descriptor is read through Go's netpoller, so the
-// one goroutine serving it parks like any network read: no thread is held,
-// and closing the set ends it.
+// agent's headers, and every connection to an agent. The set's own
+// descriptor is read through Go's netpoller, so the one goroutine serving it
+// parks like any network read: no thread is held, and closing the set ends
+// it.
 //
 // Each registration carries an id of its own in the event's data, not the
-// descriptor: a stream may end and its descriptor be reused by the next
-// connection between the kernel reporting an event and the event being
-// handled, and the id keeps that event from reaching the wrong stream.
+// descriptor: a connection may close and its descriptor be reused by the
+// next between the kernel reporting an event and the event being handled,
+// and the id keeps that event from reaching the wrong watcher.
 type hangups struct {
 	file *os.File // the epoll descriptor
 	done chan struct{}
