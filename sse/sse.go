@@ -1,12 +1,16 @@
 // Package sse frames AG-UI events on the wire.
 //
 // Reading: Events turns an agent's text/event-stream body into the data of each
-// event, as soon as the event's blank line arrives, using go-sse's incremental
-// parser. It accepts what the SSE specification accepts (LF, CRLF or CR line
-// ends, "data:" with or without a space, data spread over several lines joined
-// with "\n", comments, "event:", "id:" and "retry:" lines, which AG-UI consumers
-// ignore and aguard drops). An incomplete final event at end of input is never
-// dispatched.
+// event, as soon as the event's blank line arrives. It accepts what the SSE
+// specification accepts (LF, CRLF or CR line ends, "data:" with or without a
+// space, data spread over several lines joined with "\n", comments, "event:",
+// "id:" and "retry:" lines, which AG-UI consumers ignore and aguard drops). An
+// incomplete final event at end of input is never dispatched. It reads what
+// go-sse's sse.Read reads, event for event (FuzzEvents compares the two), in
+// one buffer of its own: go-sse keeps each event three times over (its
+// scanner's buffer, the token's text, the joined data) and searches the whole
+// event again for its end after every read, which made an event of 16 MiB cost
+// seconds of CPU and four times its size in memory.
 //
 // Writing: WriteFrame writes one event as "data: <json>\n\n" with LF only, the
 // only framing aguard emits; WritePing writes the ": ping" keep-alive comment.
@@ -18,53 +22,7 @@ package sse
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"iter"
-	"unsafe"
-
-	gosse "github.com/tmaxmax/go-sse"
 )
-
-// ErrEventTooLarge reports an event larger than the configured maximum. The
-// stream cannot be resumed after it.
-var ErrEventTooLarge = errors.New("sse: event larger than the limit")
-
-// Events yields the data of each event of r that carries data, in order.
-// Events without data (comment-only or id-only blocks) are skipped.
-//
-// The yielded slice is read-only and stays valid after the next iteration: each
-// event's data is a fresh buffer owned by the caller.
-//
-// Iteration ends at the end of r with no error, or with one error: a read error
-// of r (wrapped), or ErrEventTooLarge (wrapped, naming the limit) when an event
-// exceeds maxEvent bytes (maxEvent <= 0 means go-sse's default of 64 KiB).
-func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
-	return func(yield func([]byte, error) bool) {
-		cfg := &gosse.ReadConfig{MaxEventSize: maxEvent}
-		for ev, err := range gosse.Read(r, cfg) {
-			if err != nil {
-				if errors.Is(err, bufio.ErrTooLong) {
-					err = fmt.Errorf("%w (%d bytes)", ErrEventTooLarge, maxEvent)
-				} else {
-					err = fmt.Errorf("sse: reading stream: %w", err)
-				}
-				yield(nil, err)
-				return
-			}
-			if ev.Data == "" {
-				continue
-			}
-			// go-sse builds a new string for every event and never touches it
-			// again, so viewing it as bytes shares nothing mutable.
-			data := unsafe.Slice(unsafe.StringData(ev.Data), len(ev.Data))
-			if !yield(data, nil) {
-				return
-			}
-		}
-	}
-}
 
 // AppendFrame appends one event frame, "data: " + data + "\n\n", to dst.
 //

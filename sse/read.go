@@ -1,0 +1,228 @@
+package sse
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+)
+
+// ErrEventTooLarge reports an event larger than the configured maximum. The
+// stream cannot be resumed after it.
+var ErrEventTooLarge = errors.New("sse: event larger than the limit")
+
+// defaultMaxEvent is the limit when Events is given none: go-sse's default,
+// bufio.MaxScanTokenSize.
+const defaultMaxEvent = 64 << 10
+
+// Buffer sizes of a reader. A stream starts with a small buffer (most events
+// are small, and an idle stream should hold little), grows it by doubling
+// while one event needs more, and gives a buffer larger than keepBuffer back
+// once the event that needed it has been handled.
+const (
+	startBuffer = 4 << 10
+	keepBuffer  = 64 << 10
+)
+
+// bom is the UTF-8 byte order mark a stream may start with.
+var bom = []byte("\xEF\xBB\xBF")
+
+// Events yields the data of each event of r that carries data, in order.
+// Events without data (comment-only or id-only blocks) are skipped.
+//
+// The yielded slice is read-only and valid until the next iteration: it
+// points into the reader's buffer, so that an event costs its own size once,
+// however large. A caller that keeps an event past its step copies it.
+//
+// Iteration ends at the end of r with no error, or with one error: a read error
+// of r (wrapped), or ErrEventTooLarge (wrapped, naming the limit) when an event
+// exceeds maxEvent bytes (maxEvent <= 0 means 64 KiB). An event's size is that
+// of its lines as they arrived (field names, values and line ends), as go-sse's
+// ReadConfig.MaxEventSize counts it.
+func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		if maxEvent <= 0 {
+			maxEvent = defaultMaxEvent
+		}
+		rd := reader{r: r, max: maxEvent, bom: true}
+		for {
+			data, err := rd.next()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if !yield(data, nil) {
+				return
+			}
+		}
+	}
+}
+
+// reader parses the event stream format of the HTML standard
+// (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation)
+// in one buffer that it reads into and joins data lines in: each byte is
+// scanned for a line end once, and an event's data is moved at most once
+// within the buffer, towards its start, never copied elsewhere.
+//
+// Layout of buf: the current event's data so far in buf[ds:de] (lines joined
+// with LF), then consumed bytes, then the bytes not parsed yet in
+// buf[pos:end], of which buf[pos:seen] hold no line end. The data never
+// overtakes pos: a data line's value is shorter than the line, so moving it
+// down next to the data before it writes only over bytes already parsed.
+type reader struct {
+	r   io.Reader
+	max int
+	buf []byte
+
+	ds, de  int  // the current event's data
+	hasData bool // the current event has a data line (possibly empty)
+	pos     int  // first byte not parsed
+	seen    int  // buf[pos:seen] has no CR or LF
+	end     int  // end of the bytes read
+	size    int  // bytes of the current event's lines parsed so far
+
+	bom    bool // at the start of the stream: a BOM is dropped
+	skipLF bool // the last line ended with a CR that was the last byte read: an LF right after it belongs to it
+	eof    bool
+	err    error // the read error that ends the stream, once the bytes before it are parsed
+}
+
+// next returns the data of the next event that has data, io.EOF at the end
+// of the stream (an incomplete final event is dropped, as the standard
+// says), or an error.
+func (r *reader) next() ([]byte, error) {
+	for {
+		if r.skipLF && r.pos < r.end {
+			if r.buf[r.pos] == '\n' {
+				r.pos++
+				r.seen = max(r.seen, r.pos)
+			}
+			r.skipLF = false
+		}
+		if r.bom && (r.end-r.pos >= len(bom) || r.eof || !bytes.HasPrefix(bom, r.buf[r.pos:r.end])) {
+			if bytes.HasPrefix(r.buf[r.pos:r.end], bom) {
+				r.pos += len(bom)
+				r.seen = r.pos
+			}
+			r.bom = false
+		}
+		if !r.bom && !(r.skipLF && r.pos == r.end) {
+			if i := lineEnd(r.buf[r.seen:r.end]); i >= 0 {
+				i += r.seen
+				line := r.buf[r.pos:i]
+				eol := 1
+				if r.buf[i] == '\r' {
+					switch {
+					case i+1 < r.end && r.buf[i+1] == '\n':
+						eol = 2
+					case i+1 == r.end:
+						r.skipLF = true // the LF, if any, is not read yet
+					}
+				}
+				r.pos = i + eol
+				r.seen = r.pos
+				if data, ok, err := r.line(line, eol); ok || err != nil {
+					return data, err
+				}
+				continue
+			}
+			r.seen = r.end
+			if r.size+r.end-r.pos > r.max {
+				return nil, fmt.Errorf("%w (%d bytes)", ErrEventTooLarge, r.max)
+			}
+		}
+		if r.eof {
+			if r.err != nil {
+				return nil, fmt.Errorf("sse: reading stream: %w", r.err)
+			}
+			return nil, io.EOF
+		}
+		r.fill()
+	}
+}
+
+// line handles one line (without its line end of eol bytes). It reports
+// ok with the event's data when the line is the blank line that dispatches
+// an event with data.
+func (r *reader) line(line []byte, eol int) (data []byte, ok bool, err error) {
+	if len(line) == 0 {
+		data, ok = r.buf[r.ds:r.de], r.hasData && r.de > r.ds
+		r.ds, r.de, r.hasData, r.size = 0, 0, false, 0
+		return data, ok, nil
+	}
+	r.size += len(line) + eol
+	if r.size > r.max {
+		return nil, false, fmt.Errorf("%w (%d bytes)", ErrEventTooLarge, r.max)
+	}
+	if line[0] == ':' {
+		return nil, false, nil // a comment
+	}
+	name, value, found := bytes.Cut(line, []byte(":"))
+	if !found {
+		name, value = line, line[len(line):]
+	} else if len(value) > 0 && value[0] == ' ' {
+		value = value[1:]
+	}
+	// event, id and retry mean nothing to AG-UI consumers, and aguard
+	// writes none; other fields are ignored, as the standard says.
+	if string(name) != "data" {
+		return nil, false, nil
+	}
+	start := cap(r.buf) - cap(value) // value's offset in buf
+	if !r.hasData {
+		r.ds, r.de, r.hasData = start, start+len(value), true
+		return nil, false, nil
+	}
+	r.buf[r.de] = '\n'
+	r.de += 1 + copy(r.buf[r.de+1:], value)
+	return nil, false, nil
+}
+
+// fill reads more bytes, first making room when the buffer is full: the
+// bytes still needed (the current event's data and what is not parsed yet)
+// move to the front of the buffer, or to one twice its size when they fill
+// more than half of it. A large buffer is given back once it holds nothing
+// that needs it.
+func (r *reader) fill() {
+	live := r.end - r.pos
+	if r.hasData {
+		live += r.de - r.ds
+	}
+	switch {
+	case r.buf == nil:
+		r.buf = make([]byte, startBuffer)
+	case len(r.buf) > keepBuffer && live <= keepBuffer/2:
+		r.move(make([]byte, max(startBuffer, 2*live)))
+	case r.end < len(r.buf): // room left to read into
+	case live > len(r.buf)/2:
+		r.move(make([]byte, min(2*len(r.buf), r.max+startBuffer)))
+	default:
+		r.move(r.buf)
+	}
+	n, err := r.r.Read(r.buf[r.end:])
+	r.end += n
+	if err != nil {
+		r.eof = true
+		if err != io.EOF {
+			r.err = err
+		}
+	}
+}
+
+// move copies the bytes still needed to the front of buf, which may be the
+// current buffer, and makes it the buffer.
+func (r *reader) move(buf []byte) {
+	n := 0
+	if r.hasData {
+		n = copy(buf, r.buf[r.ds:r.de])
+		r.ds, r.de = 0, n
+	}
+	m := copy(buf[n:], r.buf[r.pos:r.end])
+	r.seen = n + (r.seen - r.pos)
+	r.pos, r.end = n, n+m
+	r.buf = buf
+}
