@@ -23,6 +23,13 @@ type Stream struct {
 	rbuf []byte // rewritten event
 	tbuf []byte // scratch for nested rewrites
 	ebuf []byte // aguard's own RUN_ERROR
+	hbuf []byte // the hollow copy of a large event (hollow.go)
+	cuts []cut  // scratch: what the hollow copy replaces
+
+	// hollowAbove is the event size from which the tree is built from a
+	// hollow copy: the constant hollowAbove, which tests change to compare
+	// the two ways.
+	hollowAbove int
 
 	done bool
 	runs int // RUN_STARTED events seen
@@ -95,6 +102,8 @@ func NewStream(in *RunInput, opts Options) *Stream {
 		known:    map[string]knownCall{},
 		declined: map[string]decline{},
 		answered: map[string]struct{}{},
+
+		hollowAbove: hollowAbove,
 	}
 }
 
@@ -127,7 +136,9 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		s.cbuf = appendCompact(s.cbuf[:0], data)
 		out = s.cbuf
 	}
-	v, err := s.p.ParseBytes(data)
+	src := s.parseSource(out)
+	defer s.shed(len(src))
+	v, err := s.p.ParseBytes(src)
 	if err != nil {
 		s.malformed(b, out, "", "event is nested too deeply to be read")
 		return
