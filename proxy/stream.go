@@ -357,9 +357,18 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		countEvent(s.p.m.eventsIn, &s.c.textIn, out.InType)
 	}
 	for _, ev := range out.Events {
-		s.out = sse.AppendFrame(s.out, ev.JSON)
 		countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
+		if len(ev.JSON) > bigFrame {
+			if ok, err := s.writeBigFrameLocked(ev.JSON); ok {
+				if err != nil {
+					return "consumer_gone"
+				}
+				continue
+			}
+		}
+		s.out = sse.AppendFrame(s.out, ev.JSON)
 	}
+	clear(out.Events) // written: a large event's bytes are not kept while the stream waits
 	if end != "" {
 		s.flushCountsLocked(0) // before the consumer can see the end
 		if s.flushLocked() != nil {
@@ -407,6 +416,7 @@ func (s *stream) flushLocked() error {
 	_, err := s.conn.Write(b)
 	s.c.bytesOut += float64(n)
 	s.out = s.out[:chunkHead]
+	s.trimOutLocked()
 	s.lastWrite = now
 	return err
 }
