@@ -42,8 +42,10 @@ func (n *Notifier) next(t *target) *delivery {
 			d := t.queue[0]
 			t.queue[0] = nil
 			t.queue = t.queue[1:]
+			t.queued -= int64(len(d.body))
 			t.mu.Unlock()
 			n.m.queueDepth.Dec()
+			n.m.queueBytes.Sub(float64(len(d.body)))
 			return d
 		}
 		closed := t.closed
@@ -98,7 +100,7 @@ func (n *Notifier) deliver(t *target, d *delivery) {
 			wait = min(retryAfter, n.maxBackoff)
 		}
 		n.log.Debug("webhook: attempt failed; will retry", "url", t.label, "type", d.event,
-			"delivery", d.id, "attempt", attempt, "wait", wait, "err", err)
+			"delivery", d.id, "attempt", attempt, "wait_seconds", wait.Seconds(), "err", err)
 		timer := time.NewTimer(wait)
 		select {
 		case <-timer.C:

@@ -11,7 +11,7 @@ import (
 const (
 	deliveryDelivered = "delivered" // a receiver answered 2xx
 	deliveryFailed    = "failed"    // every attempt failed
-	deliveryDropped   = "dropped"   // discarded unsent: queue full, or still queued when Close gave up
+	deliveryDropped   = "dropped"   // discarded unsent: queue full (in count or bytes), or still queued when Close gave up
 )
 
 // Values of the result label of aguard_webhook_attempts_total.
@@ -26,6 +26,7 @@ type metrics struct {
 	deliveries *prometheus.CounterVec
 	attempts   *prometheus.CounterVec
 	queueDepth prometheus.Gauge
+	queueBytes prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "aguard_webhook_queue_depth",
 			Help: "Webhook deliveries waiting to be sent, over all URLs (the one in flight per URL not included).",
 		}),
+		queueBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_webhook_queue_bytes",
+			Help: "Bytes of the webhook bodies waiting to be sent, summed over the URLs' queues (a body shared by several URLs counts once per URL).",
+		}),
 	}
 	for _, r := range []string{deliveryDelivered, deliveryFailed, deliveryDropped} {
 		m.deliveries.WithLabelValues(r)
@@ -52,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	all := []prometheus.Collector{m.deliveries, m.attempts, m.queueDepth}
+	all := []prometheus.Collector{m.deliveries, m.attempts, m.queueDepth, m.queueBytes}
 	if err := promreg.All(reg, all...); err != nil {
 		return nil, fmt.Errorf("webhook: register metrics: %w", err)
 	}

@@ -37,6 +37,7 @@ const (
 // Defaults of Options.
 const (
 	defaultQueueSize   = 10_000
+	defaultQueueBytes  = 64 << 20
 	defaultMaxAttempts = 12
 	defaultMinBackoff  = 500 * time.Millisecond
 	defaultMaxBackoff  = time.Minute
@@ -61,6 +62,13 @@ type Options struct {
 	// in flight (default 10 000). When a URL's queue is full, its oldest
 	// waiting delivery is dropped to make room, and counted.
 	QueueSize int
+	// QueueBytes bounds the bodies waiting for each URL, in bytes, besides
+	// the one in flight (default 64 MiB): past it, as past QueueSize, the
+	// oldest waiting deliveries are dropped and counted. A body larger than
+	// QueueBytes is dropped at once. The bodies of one event are shared by
+	// its URLs, so the memory they take is at most QueueBytes for all of
+	// them, and a little more for those in flight.
+	QueueBytes int64
 	// MaxAttempts bounds the attempts of one delivery (default 12), after
 	// which it is counted as failed and the next one is sent.
 	MaxAttempts int
@@ -122,10 +130,12 @@ type target struct {
 	url   string        // as configured; what requests go to
 	label string        // for logs: index and origin only
 	size  int           // queue bound
+	bytes int64         // queue bound in bytes
 	wake  chan struct{} // capacity 1: something was queued, or closed was set
 
 	mu     sync.Mutex
 	queue  []*delivery // waiting, oldest first
+	queued int64       // bytes of the bodies waiting
 	closed bool        // Close was called: take no more, return once empty
 	drops  int         // dropped since the last report
 }
@@ -137,11 +147,11 @@ type delivery struct {
 	body  []byte // shared by the deliveries of one event; never modified
 }
 
-// envelope is the webhook body.
+// envelope is the webhook body without its last member, tool_call, the
+// record (see encode).
 type envelope struct {
-	Type      string          `json:"type"`
-	CreatedAt string          `json:"created_at"`
-	ToolCall  json.RawMessage `json:"tool_call"`
+	Type      string `json:"type"`
+	CreatedAt string `json:"created_at"`
 }
 
 // New checks opt and returns a Notifier with one delivery goroutine per
@@ -156,6 +166,7 @@ func New(opt Options) (*Notifier, error) {
 		v    int64
 	}{
 		{"QueueSize", int64(opt.QueueSize)},
+		{"QueueBytes", opt.QueueBytes},
 		{"MaxAttempts", int64(opt.MaxAttempts)},
 		{"MinBackoff", int64(opt.MinBackoff)},
 		{"MaxBackoff", int64(opt.MaxBackoff)},
@@ -167,6 +178,9 @@ func New(opt Options) (*Notifier, error) {
 	}
 	if opt.QueueSize == 0 {
 		opt.QueueSize = defaultQueueSize
+	}
+	if opt.QueueBytes == 0 {
+		opt.QueueBytes = defaultQueueBytes
 	}
 	if opt.MaxAttempts == 0 {
 		opt.MaxAttempts = defaultMaxAttempts
@@ -214,7 +228,7 @@ func New(opt Options) (*Notifier, error) {
 	}
 	n.stopCtx, n.stop = context.WithCancel(context.Background())
 	for _, t := range targets {
-		t.size = opt.QueueSize
+		t.size, t.bytes = opt.QueueSize, opt.QueueBytes
 		n.wg.Add(1)
 		go n.run(t)
 	}
@@ -295,23 +309,44 @@ func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
 		n.dropLate(eventType, len(n.targets))
 		return
 	}
-	tc, err := call.WebhookJSON()
+	body, err := n.encode(eventType, call)
 	if err != nil {
 		n.log.Error("webhook: event not sent", "type", eventType, "err", err)
-		return
-	}
-	body, err := json.Marshal(envelope{
-		Type:      eventType,
-		CreatedAt: n.now().UTC().Format(createdAtLayout),
-		ToolCall:  tc,
-	})
-	if err != nil {
-		n.log.Error("webhook: event not sent: encode the body", "type", eventType, "err", err)
 		return
 	}
 	for _, t := range n.targets {
 		n.enqueue(t, &delivery{id: newDeliveryID(), event: eventType, body: body})
 	}
+}
+
+// encode builds the body of an event about call: the envelope written
+// around the record's encoding, which is copied once, into a body of its
+// exact size (encoding the envelope as a struct would copy the record
+// twice more). Arguments that are a JSON object are sent once, as
+// arguments_json: arguments_text carries only arguments that are not (see
+// state.ToolCall), and a record holding both would double the body.
+func (n *Notifier) encode(eventType string, call *state.ToolCall) ([]byte, error) {
+	c := call
+	if c.ArgumentsText != "" && len(c.ArgumentsJSON) > 0 && c.ArgumentsText == string(c.ArgumentsJSON) {
+		cp := *call
+		cp.ArgumentsText = ""
+		c = &cp
+	}
+	tc, err := c.WebhookJSON()
+	if err != nil {
+		return nil, err
+	}
+	head, err := json.Marshal(envelope{Type: eventType, CreatedAt: n.now().UTC().Format(createdAtLayout)})
+	if err != nil {
+		return nil, fmt.Errorf("webhook: encode the envelope: %w", err)
+	}
+	// head is {"type":…,"created_at":…}: the record goes before its "}".
+	head = head[:len(head)-1]
+	body := make([]byte, 0, len(head)+len(`,"tool_call":`)+len(tc)+1)
+	body = append(body, head...)
+	body = append(body, `,"tool_call":`...)
+	body = append(body, tc...)
+	return append(body, '}'), nil
 }
 
 // dropLate counts deliveries of an event raised after Close as dropped.
@@ -322,37 +357,48 @@ func (n *Notifier) dropLate(eventType string, deliveries int) {
 	})
 }
 
-// enqueue adds d to t's queue, dropping the oldest waiting delivery when
-// the queue is full, and wakes t's goroutine.
+// enqueue adds d to t's queue, dropping the oldest waiting deliveries while
+// the queue is full in count or in bytes, and wakes t's goroutine. A body
+// larger than the whole byte budget is dropped itself.
 func (n *Notifier) enqueue(t *target, d *delivery) {
+	size := int64(len(d.body))
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		n.dropLate(d.event, 1)
 		return
 	}
-	dropped := len(t.queue) >= t.size
-	if dropped {
-		t.queue[0] = nil
-		t.queue = t.queue[1:]
-		t.drops++
+	depth, queued := len(t.queue), t.queued
+	dropped := 0
+	if size > t.bytes {
+		dropped = 1
+	} else {
+		for len(t.queue) > 0 && (len(t.queue) >= t.size || t.queued+size > t.bytes) {
+			t.queued -= int64(len(t.queue[0].body))
+			t.queue[0] = nil
+			t.queue = t.queue[1:]
+			dropped++
+		}
+		t.queue = append(t.queue, d)
+		t.queued += size
 	}
-	t.queue = append(t.queue, d)
-	first := dropped && t.drops == 1
+	first := dropped > 0 && t.drops == 0
+	t.drops += dropped
+	depth, queued = len(t.queue)-depth, t.queued-queued
 	t.mu.Unlock()
 
-	if dropped {
-		n.m.deliveries.WithLabelValues(deliveryDropped).Inc()
-	} else {
-		n.m.queueDepth.Inc()
+	if dropped > 0 {
+		n.m.deliveries.WithLabelValues(deliveryDropped).Add(float64(dropped))
 	}
+	n.m.queueDepth.Add(float64(depth))
+	n.m.queueBytes.Add(float64(queued))
 	select {
 	case t.wake <- struct{}{}:
 	default:
 	}
 	if first {
 		n.log.Warn("webhook: queue full; dropping the oldest waiting deliveries until the receiver catches up",
-			"url", t.label, "queue_size", t.size)
+			"url", t.label, "queue_size", t.size, "queue_bytes", t.bytes, "body_bytes", size)
 	}
 }
 
@@ -399,11 +445,12 @@ func (n *Notifier) Close(ctx context.Context) error {
 	left := int(n.aborted.Swap(0))
 	for _, t := range n.targets {
 		t.mu.Lock()
-		queued := len(t.queue)
-		t.queue = nil
+		queued, bytes := len(t.queue), t.queued
+		t.queue, t.queued = nil, 0
 		t.mu.Unlock()
 		left += queued
 		n.m.queueDepth.Sub(float64(queued))
+		n.m.queueBytes.Sub(float64(bytes))
 	}
 	if n.ownClient {
 		n.client.CloseIdleConnections()

@@ -231,6 +231,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"duplicate", Options{URLs: []string{"http://a/h", "http://a/h"}}, `URL #2 (http://a): listed more than once`},
 		{"credentials not echoed", Options{URLs: []string{"gopher://user:pw@a/tok?token=t"}}, `URL #1 (gopher://a): scheme "gopher"`},
 		{"negative queue", Options{QueueSize: -1}, "QueueSize is negative"},
+		{"negative queue bytes", Options{QueueBytes: -1}, "QueueBytes is negative"},
 		{"negative attempts", Options{MaxAttempts: -1}, "MaxAttempts is negative"},
 		{"negative timeout", Options{Timeout: -time.Second}, "Timeout is negative"},
 		{"min above max", Options{MinBackoff: time.Second, MaxBackoff: time.Millisecond}, "MinBackoff 1s is above MaxBackoff 1ms"},
