@@ -41,8 +41,10 @@ type Config struct {
 	ClientToolTimeout   time.Duration
 	Webhooks            []string
 	WebhookSecret       string
+	WebhookQueueBytes   int64
 	MaxBody             int64
 	MaxEvent            int64
+	MaxMemory           int64 // bytes; 0: no budget; -1: not given (the container's limit applies)
 	DrainTimeout        time.Duration
 	Heartbeat           time.Duration
 	UpstreamTimeout     time.Duration
@@ -156,10 +158,26 @@ var Flags = []Flag{
 		}},
 	{"webhook-secret", "", "HMAC-SHA256 key signing webhooks (X-Aguard-Signature)",
 		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
+	{"webhook-queue-bytes", "64MiB", "bytes of webhook deliveries waiting for each URL (besides 10000 deliveries); past it the oldest are dropped and counted in aguard_webhook_deliveries_total{result=\"dropped\"}",
+		func(c *Config, v string) (err error) {
+			if c.WebhookQueueBytes, err = ParseSize(v); err == nil && c.WebhookQueueBytes == 0 {
+				err = fmt.Errorf("want a positive size, got %q", v)
+			}
+			return err
+		}},
 	{"max-body", "8MiB", "largest RunAgentInput accepted (413 too_large above it)",
 		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
 	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",
 		func(c *Config, v string) (err error) { c.MaxEvent, err = ParseSize(v); return err }},
+	{"max-memory", "", "memory budget of the whole process (none: the container's memory limit when one is set, cgroup v2 memory.max or v1 memory.limit_in_bytes; 0: no budget); GOMEMLIMIT is set to 90 % of it unless set in the environment, and while memory in use is past 90 % of it new runs get 503 overloaded",
+		func(c *Config, v string) (err error) {
+			if v == "" {
+				c.MaxMemory = -1
+				return nil
+			}
+			c.MaxMemory, err = ParseSize(v)
+			return err
+		}},
 	{"drain-timeout", "30s", "how long running streams may finish after SIGTERM",
 		func(c *Config, v string) (err error) { c.DrainTimeout, err = parseDuration(v); return err }},
 	{"heartbeat", "15s", "interval of silence after which a \": ping\" comment is sent to the consumer",

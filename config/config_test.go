@@ -37,6 +37,9 @@ func TestPrecedence(t *testing.T) {
 	if c.Listen != "127.0.0.1:8080" || c.MaxEvent != 16<<20 || c.Heartbeat != 15*time.Second {
 		t.Errorf("defaults not applied: %+v", c)
 	}
+	if c.WebhookQueueBytes != 64<<20 || c.MaxMemory != -1 {
+		t.Errorf("webhook-queue-bytes, max-memory = %d, %d; want 64 MiB and -1 (the container's limit)", c.WebhookQueueBytes, c.MaxMemory)
+	}
 	if len(c.Routes) != 1 || c.Routes[0].Path != "/agents/a" || c.Routes[0].Upstream != "http://a:2/base" {
 		t.Errorf("routes = %+v", c.Routes)
 	}
@@ -64,6 +67,8 @@ func TestConfigErrors(t *testing.T) {
 		{"upstream not a URL", []string{"--upstream", "localhost:8000"}, nil, `want an http:// or https:// URL`},
 		{"keep-alive bound of none", []string{"--upstream", "http://a", "--upstream-keepalive-timeout", "0s"}, nil, `upstream-keepalive-timeout (from --upstream-keepalive-timeout): want a positive duration, got "0s"`},
 		{"ledger cache of none", []string{"--upstream", "http://a", "--ledger-cache", "0"}, nil, `ledger-cache (from --ledger-cache): want a positive number of records, got "0"`},
+		{"webhook queue of no bytes", []string{"--upstream", "http://a", "--webhook-queue-bytes", "0"}, nil, `webhook-queue-bytes (from --webhook-queue-bytes): want a positive size, got "0"`},
+		{"memory budget not a size", []string{"--upstream", "http://a"}, map[string]string{"AGUARD_MAX_MEMORY": "half"}, `max-memory (from AGUARD_MAX_MEMORY): want a size such as 8MiB, got "half"`},
 		{"unknown key in file", []string{"--config", write("typo.yaml", "upstream: http://a\nmax_body: 1MiB\n")}, nil, `line 2: unknown setting "max_body"`},
 		{"route without slash", []string{"--config", write("r.yaml", "routes:\n  - path: agents\n    upstream: http://a\n")}, nil, "routes[0].path: must start with /"},
 		{"missing file", []string{"--config", filepath.Join(dir, "nope.yaml")}, nil, "no such file"},

@@ -13,6 +13,7 @@ const (
 	errTooLarge            = "too_large"
 	errUpstreamUnavailable = "upstream_unavailable"
 	errShuttingDown        = "shutting_down"     // addition: 503 while draining
+	errOverloaded          = "overloaded"        // 503 past 90 % of --max-memory
 	errNoRoute             = "no_route"          // addition: 404 when no route matches
 	errHeadersTooLarge     = "headers_too_large" // addition: 431
 	errBadRequest          = "bad_request"       // addition: 400, a request that is not well-formed HTTP/1.1

@@ -94,6 +94,10 @@ type Options struct {
 	MaxUpstreamConns int
 	Logger           *slog.Logger
 	Metrics          *Metrics
+
+	// Memory, if set, is asked before each run whether a new stream may
+	// start; if not, the run gets 503 overloaded (overload.go).
+	Memory Admitter
 }
 
 // maxHeaderBytes bounds a request's line and headers. The buffer this
@@ -435,6 +439,9 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	run := ctx.IsPost()
+	if run && !p.admit(ctx) {
+		return
+	}
 	var in *agui.RunInput
 	if run {
 		var err error

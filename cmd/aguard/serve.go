@@ -55,6 +55,10 @@ type running struct {
 func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*running, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	budget, err := newBudget(cfg, log, reg)
+	if err != nil {
+		return nil, err
+	}
 	engine, policyReady, err := newPolicyEngine(ctx, cfg, log, reg)
 	if err != nil {
 		return nil, err
@@ -65,7 +69,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, fmt.Errorf("state: %w", err)
 	}
-	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, Logger: log, Registerer: reg})
+	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, QueueBytes: cfg.WebhookQueueBytes, Logger: log, Registerer: reg})
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("webhook: %w", err)
@@ -93,6 +97,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		AdminToken:          cfg.AdminToken,
 		Logger:              log,
 		Metrics:             proxy.NewMetrics(reg),
+		Memory:              budget,
 	})
 	if err != nil {
 		store.Close()
@@ -115,7 +120,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 			Handler: admin.Handler(admin.Options{
 				Token:    cfg.AdminToken,
 				Gatherer: reg,
-				Ready:    []admin.Check{p.Ready, policyReady, store.Ready},
+				Ready:    []admin.Check{p.Ready, policyReady, store.Ready, budget.Ready},
 				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout, Notifier: hooks}),
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
