@@ -502,6 +502,10 @@ func (u upstreamReader) Read(b []byte) (int, error) {
 	return n, err
 }
 
+// msgNote is the msg of the line logged for each thing the checks noticed;
+// the sentence saying what, which names ids the agent chose, is its detail.
+const msgNote = "stream note"
+
 // note logs and counts what the stream checks noticed.
 func (s *stream) note(notes []agui.Note) {
 	for _, n := range notes {
@@ -510,6 +514,6 @@ func (s *stream) note(notes []agui.Note) {
 		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
 			level = slog.LevelWarn
 		}
-		s.log.Log(context.Background(), level, n.Message, "kind", n.Kind, "rule", n.Rule, "id", n.ID)
+		s.log.Log(context.Background(), level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "detail", n.Message)
 	}
 }

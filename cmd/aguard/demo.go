@@ -211,11 +211,21 @@ func (n *noteLog) Handle(_ context.Context, r slog.Record) error {
 			run = a.Value.String()
 		}
 	}
+	// A note's sentence is its detail; the msg only says what kind of line
+	// it is.
+	text := r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "detail" {
+			text = a.Value.String()
+			return false
+		}
+		return true
+	})
 	n.store.mu.Lock()
 	if r.Message == "stream ended" {
 		n.store.ended[run] = true
 	} else {
-		n.store.byRun[run] = append(n.store.byRun[run], r.Message)
+		n.store.byRun[run] = append(n.store.byRun[run], text)
 	}
 	n.store.mu.Unlock()
 	return nil

@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -70,7 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "aguard:", err)
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(stderr, "aguard:", err)
+		}
 		return 1
 	}
 	return 0

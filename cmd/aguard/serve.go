@@ -13,6 +13,7 @@ import (
 
 	"github.com/aguard/aguard/admin"
 	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/internal/logging"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/state"
@@ -30,14 +31,24 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogFormat, stderr)
+	log := logging.New(cfg.LogFormat, stderr)
+	defer logging.Capture(log)()
 	ready, err := startServe(ctx, cfg, log)
 	if err != nil {
-		return err
+		log.Error("aguard could not start", "err", err)
+		return errReported
 	}
 	<-ctx.Done()
-	return ready.shutdown(cfg.DrainTimeout)
+	if err := ready.shutdown(cfg.DrainTimeout); err != nil {
+		log.Error("aguard did not stop cleanly", "err", err)
+		return errReported
+	}
+	return nil
 }
+
+// errReported is an error already written to the structured log: the
+// command exits 1 without printing it again.
+var errReported = errors.New("reported in the log")
 
 // running is a started proxy with its admin listener.
 type running struct {
@@ -163,11 +174,4 @@ func (r *running) shutdown(timeout time.Duration) error {
 	r.admin.Shutdown(actx)
 	r.log.Info("stopped")
 	return err
-}
-
-func newLogger(format string, w io.Writer) *slog.Logger {
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
-	}
-	return slog.New(slog.NewTextHandler(w, nil))
 }

@@ -122,8 +122,7 @@ func New(opt Options) (*Budget, error) {
 	if opt.Max > 0 {
 		limit, err := memlimit.Set(
 			memlimit.WithProvider(memlimit.Limit(uint64(opt.Max))),
-			memlimit.WithRatio(limitRatio),
-			memlimit.WithLogger(opt.Logger))
+			memlimit.WithRatio(limitRatio)) // it logs nothing: the line below says it all
 		if err != nil {
 			return nil, fmt.Errorf("membudget: set GOMEMLIMIT: %w", err)
 		}

@@ -1,0 +1,92 @@
+// Package logging builds aguard's one structured log and routes into it what
+// its dependencies would otherwise print on their own: go-redis's messages
+// and those written with the standard library's log package (net/http's
+// servers among them). fasthttp and OPA are given loggers where they are
+// set up (package proxy, package policy).
+//
+// Every line has a msg that is constant for its kind: what varies (ids,
+// reasons, a dependency's own text) goes in attributes, where the handler
+// escapes it. Durations are written as seconds, a number.
+package logging
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Constant messages of the lines that carry a dependency's own text (in
+// the attribute "detail").
+const (
+	MsgRedis   = "redis client"   // go-redis
+	MsgLibrary = "library output" // the standard log package
+)
+
+// New returns the logger writing to w in format "json" or "text".
+func New(format string, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{ReplaceAttr: seconds}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// seconds writes a duration as seconds, a number: not the JSON handler's
+// integer nanoseconds, nor the text handler's "1.5s".
+func seconds(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.Float64(a.Key, a.Value.Duration().Seconds())
+	}
+	return a
+}
+
+var captureMu sync.Mutex
+
+// Capture sends what go-redis and the standard log package print to l, for
+// the whole process, until the returned function restores them.
+func Capture(l *slog.Logger) (restore func()) {
+	captureMu.Lock()
+	defer captureMu.Unlock()
+	redis.SetLogger(redisLogger{l})
+	prevOut, prevFlags, prevPrefix := log.Writer(), log.Flags(), log.Prefix()
+	log.SetOutput(lineWriter{l})
+	log.SetFlags(0)
+	log.SetPrefix("")
+	return func() {
+		captureMu.Lock()
+		defer captureMu.Unlock()
+		redis.SetLogger(redisLogger{slog.New(slog.DiscardHandler)})
+		log.SetOutput(prevOut)
+		log.SetFlags(prevFlags)
+		log.SetPrefix(prevPrefix)
+	}
+}
+
+// redisLogger is go-redis's Logging: its messages (a connection pool that
+// could not reconnect, a reply it could not read) are warnings.
+type redisLogger struct{ l *slog.Logger }
+
+func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	r.l.Log(ctx, slog.LevelWarn, MsgRedis, "component", "go-redis", "detail", fmt.Sprintf(format, v...))
+}
+
+// lineWriter logs each line written by the standard log package.
+type lineWriter struct{ l *slog.Logger }
+
+func (w lineWriter) Write(p []byte) (int, error) {
+	for line := range bytes.Lines(p) {
+		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
+			w.l.Warn(MsgLibrary, "component", "log", "detail", string(line))
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,93 @@
+package logging
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// TestDurationsAreSeconds pins that a duration attribute is written as
+// seconds, a number, in both formats.
+func TestDurationsAreSeconds(t *testing.T) {
+	var js, text bytes.Buffer
+	New("json", &js).Info("stream ended", "duration", 1500*time.Millisecond)
+	New("text", &text).Info("stream ended", "duration", 1500*time.Millisecond)
+	var rec map[string]any
+	if err := json.Unmarshal(js.Bytes(), &rec); err != nil || rec["duration"] != 1.5 {
+		t.Errorf("json: %s (duration %v)", js.String(), rec["duration"])
+	}
+	if !strings.Contains(text.String(), "duration=1.5") {
+		t.Errorf("text: %s", text.String())
+	}
+}
+
+// lockedBuffer is written by go-redis's goroutines and read by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestCaptureRoutesDependencies pins that what go-redis prints (here: its
+// pool failing to dial a Redis that is not there) and the standard log
+// package's lines become JSON lines of the structured log, with a constant
+// msg and their text as the detail, until restored.
+func TestCaptureRoutesDependencies(t *testing.T) {
+	var buf lockedBuffer
+	restore := Capture(New("json", &buf))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: dead, MaxRetries: -1, DialTimeout: time.Second})
+	if err := rdb.Ping(context.Background()).Err(); err == nil {
+		t.Fatal("PING answered by nothing")
+	}
+	rdb.Close()
+	log.Printf("http: TLS handshake error from %s: EOF\nsecond line", "10.0.0.1:5")
+	restore()
+
+	var sawRedis bool
+	var details []string
+	for line := range strings.Lines(buf.String()) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		switch rec["msg"] {
+		case MsgRedis:
+			sawRedis = sawRedis || strings.Contains(rec["detail"].(string), dead)
+		case MsgLibrary:
+			details = append(details, rec["detail"].(string))
+		default:
+			t.Errorf("unexpected line %q", line)
+		}
+	}
+	if !sawRedis {
+		t.Errorf("go-redis's failure to dial %s was not logged: %s", dead, buf.String())
+	}
+	if strings.Join(details, "|") != "http: TLS handshake error from 10.0.0.1:5: EOF|second line" {
+		t.Errorf("log package lines: %q", details)
+	}
+}
