@@ -537,7 +537,7 @@ func (p *Proxy) forwarded(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *u
 		}
 		for _, n := range lost {
 			p.m.notes.WithLabelValues(n.Kind).Inc()
-			p.log.Info(msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "detail", n.Message, "threadId", in.ThreadID, "runId", in.RunID)
+			p.log.Info(msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "message", n.Message, "threadId", in.ThreadID, "runId", in.RunID)
 		}
 		req.SetBody(body)
 	}
@@ -589,11 +589,11 @@ func (p *Proxy) stripAdminToken(h *fasthttp.RequestHeader) {
 
 // fasthttpLogger sends fasthttp's own messages (connections it could not
 // serve) to the structured log at debug level: each has already been answered
-// with an HTTP error and counted. Its text is the line's detail.
+// with an HTTP error and counted. Its text is the line's message attribute.
 type fasthttpLogger struct{ log *slog.Logger }
 
 func (l fasthttpLogger) Printf(format string, args ...any) {
-	l.log.Debug("fasthttp server", "component", "fasthttp", "detail", fmt.Sprintf(format, args...))
+	l.log.Debug("fasthttp server", "component", "fasthttp", "message", fmt.Sprintf(format, args...))
 }
 
 func appendForwardedFor(h *fasthttp.RequestHeader, ip net.IP) {

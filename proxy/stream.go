@@ -503,7 +503,8 @@ func (u upstreamReader) Read(b []byte) (int, error) {
 }
 
 // msgNote is the msg of the line logged for each thing the checks noticed;
-// the sentence saying what, which names ids the agent chose, is its detail.
+// the sentence saying what, which names ids the agent chose, is its
+// message attribute.
 const msgNote = "stream note"
 
 // note logs and counts what the stream checks noticed.
@@ -514,6 +515,6 @@ func (s *stream) note(notes []agui.Note) {
 		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
 			level = slog.LevelWarn
 		}
-		s.log.Log(context.Background(), level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "detail", n.Message)
+		s.log.Log(context.Background(), level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "message", n.Message)
 	}
 }

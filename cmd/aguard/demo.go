@@ -211,11 +211,11 @@ func (n *noteLog) Handle(_ context.Context, r slog.Record) error {
 			run = a.Value.String()
 		}
 	}
-	// A note's sentence is its detail; the msg only says what kind of line
-	// it is.
+	// A note's sentence is its message attribute; the msg only says what
+	// kind of line it is.
 	text := r.Message
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "detail" {
+		if a.Key == "message" {
 			text = a.Value.String()
 			return false
 		}

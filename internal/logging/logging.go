@@ -22,7 +22,7 @@ import (
 )
 
 // Constant messages of the lines that carry a dependency's own text (in
-// the attribute "detail").
+// the attribute "message").
 const (
 	MsgRedis   = "redis client"   // go-redis
 	MsgLibrary = "library output" // the standard log package
@@ -76,7 +76,7 @@ func (r redisLogger) Printf(ctx context.Context, format string, v ...any) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	r.l.Log(ctx, slog.LevelWarn, MsgRedis, "component", "go-redis", "detail", fmt.Sprintf(format, v...))
+	r.l.Log(ctx, slog.LevelWarn, MsgRedis, "component", "go-redis", "message", fmt.Sprintf(format, v...))
 }
 
 // lineWriter logs each line written by the standard log package.
@@ -85,7 +85,7 @@ type lineWriter struct{ l *slog.Logger }
 func (w lineWriter) Write(p []byte) (int, error) {
 	for line := range bytes.Lines(p) {
 		if line = bytes.TrimRight(line, "\r\n"); len(line) > 0 {
-			w.l.Warn(MsgLibrary, "component", "log", "detail", string(line))
+			w.l.Warn(MsgLibrary, "component", "log", "message", string(line))
 		}
 	}
 	return len(p), nil

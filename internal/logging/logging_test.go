@@ -50,7 +50,7 @@ func (b *lockedBuffer) String() string {
 // TestCaptureRoutesDependencies pins that what go-redis prints (here: its
 // pool failing to dial a Redis that is not there) and the standard log
 // package's lines become JSON lines of the structured log, with a constant
-// msg and their text as the detail, until restored.
+// msg and their text as the message attribute, until restored.
 func TestCaptureRoutesDependencies(t *testing.T) {
 	var buf lockedBuffer
 	restore := Capture(New("json", &buf))
@@ -77,9 +77,9 @@ func TestCaptureRoutesDependencies(t *testing.T) {
 		}
 		switch rec["msg"] {
 		case MsgRedis:
-			sawRedis = sawRedis || strings.Contains(rec["detail"].(string), dead)
+			sawRedis = sawRedis || strings.Contains(rec["message"].(string), dead)
 		case MsgLibrary:
-			details = append(details, rec["detail"].(string))
+			details = append(details, rec["message"].(string))
 		default:
 			t.Errorf("unexpected line %q", line)
 		}
