@@ -31,9 +31,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
@@ -207,6 +209,9 @@ type bundle struct {
 	kustomization *kustomization
 	compose       *composeFile
 	dockerfiles   map[string][]stage // by tree key
+	// chartValues are the values a chart was rendered with (helm_test.go);
+	// nil for the files in k8s/.
+	chartValues chartutil.Values
 }
 
 // k8sDoc is one decoded Kubernetes object.
@@ -227,6 +232,8 @@ var k8sKinds = map[string]struct {
 	"Secret":                  {"v1", func() any { return new(corev1.Secret) }},
 	"PodDisruptionBudget":     {"policy/v1", func() any { return new(policyv1.PodDisruptionBudget) }},
 	"HorizontalPodAutoscaler": {"autoscaling/v2", func() any { return new(autoscalingv2.HorizontalPodAutoscaler) }},
+	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return new(networkingv1.NetworkPolicy) }},
+	"ServiceMonitor":          {"monitoring.coreos.com/v1", func() any { return new(serviceMonitor) }},
 }
 
 type kustomization struct {
@@ -791,8 +798,19 @@ func (b *bundle) deploymentLaunch(ad *aguardDeployment) (launch, []string) {
 	l := launch{args: c.Args[1:], env: b.imageEnv(), files: map[string][]byte{}}
 	for _, e := range c.Env {
 		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			ref := e.ValueFrom.SecretKeyRef
+			v, ok := b.secretValue(ref.Name, ref.Key)
+			switch {
+			case ok:
+				l.env[e.Name] = v
+			case ref.Optional != nil && *ref.Optional:
+				// Not set: the kubelet leaves an optional reference out.
+			default:
+				l.env[e.Name] = "value-from-" + e.Name // checkReferences reports it
+			}
 		case e.ValueFrom != nil:
-			l.env[e.Name] = "value-from-" + e.Name // a Secret or field: any non-empty value
+			l.env[e.Name] = "value-from-" + e.Name // a field: any non-empty value
 		default:
 			l.env[e.Name] = e.Value
 		}
@@ -818,6 +836,22 @@ func (b *bundle) deploymentLaunch(ad *aguardDeployment) (launch, []string) {
 		}
 	}
 	return l, ps
+}
+
+// secretValue is the value of key in the Secret name among the manifests.
+func (b *bundle) secretValue(name, key string) (string, bool) {
+	for _, s := range objects[*corev1.Secret](b) {
+		if s.obj.Name != name {
+			continue
+		}
+		if v, ok := s.obj.StringData[key]; ok {
+			return v, true
+		}
+		if v, ok := s.obj.Data[key]; ok {
+			return string(v), true
+		}
+	}
+	return "", false
 }
 
 // configMapOf is the ConfigMap behind the named volume, if it is one.
@@ -1166,7 +1200,7 @@ func checkReferences(b *bundle) []string {
 		}
 		_, inData := s.Data[ref.Key]
 		_, inString := s.StringData[ref.Key]
-		if !inData && !inString {
+		if !inData && !inString && (ref.Optional == nil || !*ref.Optional) {
 			ps = append(ps, fmt.Sprintf("%s: Secret %q has no key %q", field, ref.Name, ref.Key))
 		}
 	}
