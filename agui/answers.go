@@ -3,7 +3,10 @@ package agui
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+
+	"github.com/aguard/aguard/internal/jsonedit"
 )
 
 // Answer replaces the content of a consumer's tool message, for a call whose
@@ -37,37 +40,35 @@ func AnswerToolMessages(body []byte, answers map[string]Answer) ([]byte, error) 
 		}
 		body = buf.Bytes()
 	}
-	ms, me, ok := objectMember(body, "messages")
+	ms, me, ok := jsonedit.Member(body, "messages")
 	if !ok || body[ms] != '[' {
 		return body, nil
 	}
 	arr := body[ms:me]
-	out := append([]byte(nil), body[:ms]...)
-	out = append(out, '[')
-	changed := false
-	for i, n := 1, 0; i < len(arr) && arr[i] != ']'; n++ {
-		e := skipValue(arr, i)
-		msg := arr[i:e]
-		if n > 0 {
-			out = append(out, ',')
+	var s jsonedit.Splicer
+	for it := jsonedit.Elements(arr); ; {
+		el, more := it.Next()
+		if !more {
+			break
 		}
-		if a, ok := answerFor(msg, answers); ok {
-			var m []byte
-			m = setMember(m, msg, "content", appendJSONString(nil, a.Content))
-			out = setMember(out, m, "error", appendJSONString(nil, a.Error))
-			changed = true
-		} else {
-			out = append(out, msg...)
+		msg := arr[el.ValueStart:el.ValueEnd]
+		a, ok := answerFor(msg, answers)
+		if !ok {
+			s.Keep(el)
+			continue
 		}
-		i = e
-		if i < len(arr) && arr[i] == ',' {
-			i++
+		m, ok1 := jsonedit.Set(nil, msg, "content", jsonedit.AppendString(nil, a.Content))
+		m, ok2 := jsonedit.Set(nil, m, "error", jsonedit.AppendString(nil, a.Error))
+		if !ok1 || !ok2 {
+			return nil, errors.New("agui: rewriting tool messages: a tool message is not an object")
 		}
+		s.Replace(el, m)
 	}
-	if !changed {
+	if len(s.Edits) == 0 {
 		return body, nil
 	}
-	out = append(out, ']')
+	out := append([]byte(nil), body[:ms]...)
+	out = jsonedit.Apply(out, arr, s.Edits)
 	return append(out, body[me:]...), nil
 }
 
@@ -77,11 +78,11 @@ func answerFor(msg []byte, answers map[string]Answer) (Answer, bool) {
 	if len(msg) == 0 || msg[0] != '{' {
 		return Answer{}, false
 	}
-	rs, re, ok := objectMember(msg, "role")
+	rs, re, ok := jsonedit.Member(msg, "role")
 	if !ok || string(msg[rs:re]) != `"tool"` {
 		return Answer{}, false
 	}
-	is, ie, ok := objectMember(msg, "toolCallId")
+	is, ie, ok := jsonedit.Member(msg, "toolCallId")
 	if !ok {
 		return Answer{}, false
 	}

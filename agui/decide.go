@@ -1,5 +1,7 @@
 package agui
 
+import "github.com/aguard/aguard/internal/jsonedit"
+
 // This file applies a Decider's verdicts to the stream (README, "In the
 // stream": the policy rows).
 
@@ -99,7 +101,7 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 func withTag(dst []byte, c *call) []byte {
 	if c.own.sub {
 		dst = append(dst, `,"subagentRunId":`...)
-		dst = appendJSONString(dst, c.own.id)
+		dst = jsonedit.AppendString(dst, c.own.id)
 	}
 	return dst
 }
@@ -111,11 +113,11 @@ func (s *Stream) denied(c *call, v Verdict) []byte {
 
 func (s *Stream) declineResult(c *call, v Verdict) []byte {
 	e := []byte(`{"type":"TOOL_CALL_RESULT","messageId":`)
-	e = appendJSONString(e, "aguard-declined-"+c.id)
+	e = jsonedit.AppendString(e, "aguard-declined-"+c.id)
 	e = append(e, `,"toolCallId":`...)
-	e = appendJSONString(e, c.id)
+	e = jsonedit.AppendString(e, c.id)
 	e = append(e, `,"role":"tool","content":`...)
-	e = appendJSONString(e, "Declined by policy: "+v.Reason)
+	e = jsonedit.AppendString(e, "Declined by policy: "+v.Reason)
 	e = withTag(e, c)
 	return append(e, '}')
 }
@@ -130,15 +132,15 @@ func (s *Stream) approvalRequired(c *call, v Verdict) []byte {
 // order, attributed to the call's owner. Every value is JSON-escaped.
 func signal(name string, c *call, members ...string) []byte {
 	e := []byte(`{"type":"CUSTOM","name":`)
-	e = appendJSONString(e, name)
+	e = jsonedit.AppendString(e, name)
 	e = append(e, `,"value":{`...)
 	for i := 0; i+1 < len(members); i += 2 {
 		if i > 0 {
 			e = append(e, ',')
 		}
-		e = appendJSONString(e, members[i])
+		e = jsonedit.AppendString(e, members[i])
 		e = append(e, ':')
-		e = appendJSONString(e, members[i+1])
+		e = jsonedit.AppendString(e, members[i+1])
 	}
 	e = append(e, '}')
 	e = withTag(e, c)

@@ -1,6 +1,10 @@
 package agui
 
-import "github.com/valyala/fastjson"
+import (
+	"github.com/valyala/fastjson"
+
+	"github.com/aguard/aguard/internal/jsonedit"
+)
 
 // This file keeps the parse tree of a large event small. The general path
 // parses an event into a tree to check it, and a tree costs about 100 bytes
@@ -144,7 +148,11 @@ func nesting(v []byte) int {
 	for i := 0; i < len(v); i++ {
 		switch v[i] {
 		case '"':
-			i = skipString(v, i) - 1
+			e := jsonedit.StringEnd(v, i)
+			if e < 0 {
+				return deepest
+			}
+			i = e - 1
 		case '{', '[':
 			depth++
 			deepest = max(deepest, depth)
@@ -160,22 +168,17 @@ func nesting(v []byte) int {
 // reports false, having called fn for none or some, when a key holds an
 // escape.
 func eachMember(obj []byte, at int, fn func(key []byte, vs, ve int)) bool {
-	i := at + 1
-	for i < len(obj) && obj[i] == '"' {
-		k := skipString(obj, i)
-		key := obj[i+1 : k-1]
-		for _, c := range key {
+	it := jsonedit.Members(obj[at:])
+	for {
+		m, more := it.Next()
+		if !more {
+			return true
+		}
+		for _, c := range m.Key {
 			if c == '\\' {
 				return false
 			}
 		}
-		v := k + 1 // past ':'
-		end := skipValue(obj, v)
-		fn(key, v, end)
-		if obj[end] == '}' {
-			break
-		}
-		i = end + 1 // past ','
+		fn(m.Key, at+m.ValueStart, at+m.ValueEnd)
 	}
-	return true
 }

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aguard/aguard/internal/jsonedit"
 	"github.com/valyala/fastjson"
 )
 
@@ -139,19 +140,25 @@ func (s *Stream) setPending(e *ev, b *Batch) {
 	}
 	s.tbuf = appendStringArray(s.tbuf[:0], s.pending)
 	r := s.rbuf[:0]
+	var ok bool
 	if ov == nil {
 		n := len(s.tbuf)
 		s.tbuf = append(s.tbuf, `{"type":"success","pendingToolCallIds":`...)
 		s.tbuf = append(s.tbuf, s.tbuf[:n]...)
 		s.tbuf = append(s.tbuf, '}')
-		r = setMember(r, e.out, "outcome", s.tbuf[n:])
+		if r, ok = jsonedit.Set(r, e.out, "outcome", s.tbuf[n:]); !ok {
+			return
+		}
 	} else {
-		vs, ve, ok := objectMember(e.out, "outcome")
+		var vs, ve int
+		vs, ve, ok = jsonedit.Member(e.out, "outcome")
 		if !ok {
 			return
 		}
 		n := len(s.tbuf)
-		s.tbuf = setMember(s.tbuf, e.out[vs:ve], "pendingToolCallIds", s.tbuf[:n])
+		if s.tbuf, ok = jsonedit.Set(s.tbuf, e.out[vs:ve], "pendingToolCallIds", s.tbuf[:n]); !ok {
+			return
+		}
 		r = append(r, e.out[:vs]...)
 		r = append(r, s.tbuf[n:]...)
 		r = append(r, e.out[ve:]...)
@@ -178,4 +185,16 @@ func quoteList(ids []string) string {
 		qs[i] = strconv.Quote(id)
 	}
 	return strings.Join(qs, ",")
+}
+
+// appendStringArray appends ids as a JSON array of strings.
+func appendStringArray(dst []byte, ids []string) []byte {
+	dst = append(dst, '[')
+	for i, id := range ids {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = jsonedit.AppendString(dst, id)
+	}
+	return append(dst, ']')
 }

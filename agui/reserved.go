@@ -1,6 +1,10 @@
 package agui
 
-import "bytes"
+import (
+	"bytes"
+
+	"github.com/aguard/aguard/internal/jsonedit"
+)
 
 // This file keeps aguard's names its own: only aguard speaks as aguard
 // (README, "In the stream"). The consumer tells aguard's signals by their
@@ -50,8 +54,11 @@ func (s *Stream) agentErrorCode(e *ev, b *Batch) string {
 	if s.opts.Monitor {
 		return string(code)
 	}
-	s.tbuf = appendJSONString(s.tbuf[:0], renamed)
-	s.rbuf = setMember(s.rbuf[:0], e.out, "code", s.tbuf)
-	e.out = s.rbuf
+	s.tbuf = jsonedit.AppendString(s.tbuf[:0], renamed)
+	r, ok := jsonedit.Set(s.rbuf[:0], e.out, "code", s.tbuf)
+	if !ok {
+		return renamed // not an object: cannot happen to an event scan accepted
+	}
+	s.rbuf, e.out = r, r
 	return renamed
 }

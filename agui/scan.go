@@ -3,6 +3,8 @@ package agui
 import (
 	"encoding/binary"
 	"strconv"
+
+	"github.com/aguard/aguard/internal/jsonedit"
 )
 
 // maxScanDepth matches encoding/json's nesting limit, so that scan and
@@ -274,7 +276,10 @@ func appendCompact(dst, data []byte) []byte {
 		case ' ', '\t', '\n', '\r':
 			i++
 		case '"':
-			j := skipString(data, i)
+			j := jsonedit.StringEnd(data, i)
+			if j < 0 {
+				j = len(data) // not JSON after all; scan rejects it
+			}
 			dst = append(dst, data[i:j]...)
 			i = j
 		default:

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"github.com/aguard/aguard/internal/jsonedit"
 	"github.com/valyala/fastjson"
 )
 
@@ -251,11 +252,11 @@ func (s *Stream) recordDecline(c *call, v Verdict) {
 	if _, ok := s.declined[c.id]; ok {
 		return
 	}
-	js := append([]byte(`{"id":`), appendJSONString(nil, "aguard-declined-"+c.id)...)
+	js := append([]byte(`{"id":`), jsonedit.AppendString(nil, "aguard-declined-"+c.id)...)
 	js = append(js, `,"role":"tool","toolCallId":`...)
-	js = appendJSONString(js, c.id)
+	js = jsonedit.AppendString(js, c.id)
 	js = append(js, `,"content":`...)
-	js = appendJSONString(js, "Declined by policy: "+v.Reason)
+	js = jsonedit.AppendString(js, "Declined by policy: "+v.Reason)
 	js = withTag(js, c)
 	js = append(js, '}')
 	if s.knownBytes+len(js) > maxKnownBytes {
@@ -272,13 +273,13 @@ func (s *Stream) editMessages(e *ev, drops []int, adds []insertion, echo bool) {
 	obj := e.out
 	off := 0
 	if echo {
-		is, ie, ok := objectMember(obj, "input")
+		is, ie, ok := jsonedit.Member(obj, "input")
 		if !ok {
 			return
 		}
 		obj, off = obj[is:ie], is
 	}
-	ms, me, ok := objectMember(obj, "messages")
+	ms, me, ok := jsonedit.Member(obj, "messages")
 	if !ok {
 		return
 	}
@@ -296,7 +297,7 @@ func (s *Stream) editMessages(e *ev, drops []int, adds []insertion, echo bool) {
 // the element at its index (insertions ascending by index).
 func editElements(dst, arr []byte, drop []int, adds []insertion) []byte {
 	dst = append(dst, '[')
-	i, idx, wrote := 1, 0, false
+	wrote := false
 	put := func(v []byte) {
 		if wrote {
 			dst = append(dst, ',')
@@ -304,22 +305,21 @@ func editElements(dst, arr []byte, drop []int, adds []insertion) []byte {
 		dst = append(dst, v...)
 		wrote = true
 	}
-	for i < len(arr) && arr[i] != ']' {
-		e := skipValue(arr, i)
+	it := jsonedit.Elements(arr)
+	for idx := 0; ; idx++ {
+		el, more := it.Next()
+		if !more {
+			break
+		}
 		if len(drop) > 0 && drop[0] == idx {
 			drop = drop[1:]
 		} else {
-			put(arr[i:e])
+			put(arr[el.ValueStart:el.ValueEnd])
 		}
 		for len(adds) > 0 && adds[0].after == idx {
 			put(adds[0].js)
 			adds = adds[1:]
 		}
-		i = e
-		if i < len(arr) && arr[i] == ',' {
-			i++
-		}
-		idx++
 	}
 	for _, a := range adds {
 		put(a.js)
@@ -391,4 +391,4 @@ func (s *Stream) reportAnswers(b *Batch) {
 
 // jq renders untrusted bytes for a note's message: as a JSON string, every
 // control character and quote escaped.
-func jq(b []byte) string { return string(appendJSONString(nil, string(b))) }
+func jq(b []byte) string { return string(jsonedit.AppendString(nil, string(b))) }

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"github.com/aguard/aguard/internal/jsonedit"
 	"github.com/valyala/fastjson"
 )
 
@@ -292,9 +293,9 @@ func (s *Stream) fatal(b *Batch, vi *violation) bool {
 func (s *Stream) end(b *Batch, code, message string) {
 	if !s.runErr {
 		e := append(s.ebuf[:0], `{"type":"RUN_ERROR","code":`...)
-		e = appendJSONString(e, code)
+		e = jsonedit.AppendString(e, code)
 		e = append(e, `,"message":`...)
-		e = appendJSONString(e, message)
+		e = jsonedit.AppendString(e, message)
 		e = append(e, '}')
 		s.ebuf = e
 		s.emit(b, tRunError, e)

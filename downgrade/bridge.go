@@ -26,6 +26,7 @@ import (
 	"strings"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/internal/jsonedit"
 )
 
 // noteKind is the agui.Note Kind of every note this package returns. A note's
@@ -244,7 +245,7 @@ func same(a, b []byte) bool {
 
 // toolResult flattens a TOOL_CALL_RESULT whose content is a list of parts.
 func toolResult(js []byte, losses []loss) ([]byte, []loss) {
-	cs, ce, ok := field(js, "content")
+	cs, ce, ok := jsonedit.Member(js, "content")
 	if !ok || js[cs] != '[' {
 		return js, losses
 	}
@@ -254,14 +255,14 @@ func toolResult(js []byte, losses []loss) ([]byte, []loss) {
 	}
 	if len(drops) > 0 {
 		losses = append(losses, loss{what: whatToolResult,
-			toolCallID: strField(js, "toolCallId"), messageID: strField(js, "messageId"), dropped: drops})
+			toolCallID: jsonedit.String(js, "toolCallId"), messageID: jsonedit.String(js, "messageId"), dropped: drops})
 	}
-	return apply(js, []edit{{from: cs, to: ce, with: str}}), losses
+	return apply(js, []jsonedit.Edit{{From: cs, To: ce, With: str}}), losses
 }
 
 // snapshot downgrades the messages of a MESSAGES_SNAPSHOT.
 func snapshot(js []byte, losses []loss) ([]byte, []loss) {
-	ms, me, ok := field(js, "messages")
+	ms, me, ok := jsonedit.Member(js, "messages")
 	if !ok || js[ms] != '[' {
 		return js, losses
 	}
@@ -270,147 +271,147 @@ func snapshot(js []byte, losses []loss) ([]byte, []loss) {
 	if same(na, arr) {
 		return js, losses
 	}
-	return apply(js, []edit{{from: ms, to: me, with: na}}), losses
+	return apply(js, []jsonedit.Edit{{From: ms, To: me, With: na}}), losses
 }
 
 // downgradeRunStarted removes protocolVersion and downgrades the input echo.
 func downgradeRunStarted(js []byte, losses []loss) ([]byte, []loss) {
-	it := newItems(js, '{')
-	var s splicer
+	it := jsonedit.Members(js)
+	var s jsonedit.Splicer
 	for {
-		m, more := it.next()
+		m, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case rawEq(m.key, "protocolVersion"):
-			s.drop(m)
-		case rawEq(m.key, "input") && js[m.valStart] == '{':
-			in := js[m.valStart:m.valEnd]
+		case m.KeyIs("protocolVersion"):
+			s.Drop(m)
+		case m.KeyIs("input") && js[m.ValueStart] == '{':
+			in := js[m.ValueStart:m.ValueEnd]
 			var ni []byte
 			ni, losses = inputEcho(in, losses)
 			if same(ni, in) {
-				s.keep(m)
+				s.Keep(m)
 			} else {
-				s.replace(m, ni)
+				s.Replace(m, ni)
 			}
 		default:
-			s.keep(m)
+			s.Keep(m)
 		}
 	}
-	if it.bad {
+	if it.Malformed() {
 		return js, losses
 	}
-	return apply(js, s.edits), losses
+	return apply(js, s.Edits), losses
 }
 
 // inputEcho downgrades the RunAgentInput echoed in RUN_STARTED.input.
 func inputEcho(in []byte, losses []loss) ([]byte, []loss) {
-	it := newItems(in, '{')
-	var s splicer
+	it := jsonedit.Members(in)
+	var s jsonedit.Splicer
 	var tools, context bool
 	for {
-		m, more := it.next()
+		m, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case rawEq(m.key, "tools"):
+		case m.KeyIs("tools"):
 			tools = true
-		case rawEq(m.key, "context"):
+		case m.KeyIs("context"):
 			context = true
-		case rawEq(m.key, "messages") && in[m.valStart] == '[':
-			arr := in[m.valStart:m.valEnd]
+		case m.KeyIs("messages") && in[m.ValueStart] == '[':
+			arr := in[m.ValueStart:m.ValueEnd]
 			var na []byte
 			na, losses = messages(arr, true, losses)
 			if !same(na, arr) {
-				s.replace(m, na)
+				s.Replace(m, na)
 				continue
 			}
 		}
-		s.keep(m)
+		s.Keep(m)
 	}
-	at := it.closeAt()
+	at := it.Close()
 	if at < 0 {
 		return in, losses
 	}
 	// @ag-ui/core 0.0.58 RunAgentInputSchema has tools and context as required
 	// arrays; 1.0 made them optional, absent meaning [].
 	if !tools {
-		s.insert(at, []byte(`"tools":[]`))
+		s.Insert(at, []byte(`"tools":[]`))
 	}
 	if !context {
-		s.insert(at, []byte(`"context":[]`))
+		s.Insert(at, []byte(`"context":[]`))
 	}
-	return apply(in, s.edits), losses
+	return apply(in, s.Edits), losses
 }
 
 // downgradeRunFinished makes the outcome one of 0.x's two strict shapes, or removes it.
 func downgradeRunFinished(js []byte, losses []loss) ([]byte, []loss) {
-	ostart, oend, ok := field(js, "outcome")
+	ostart, oend, ok := jsonedit.Member(js, "outcome")
 	if !ok || js[ostart] != '{' {
 		return js, losses // absent, null (0.x accepts it) or malformed
 	}
 	outcome := js[ostart:oend]
-	typ := strField(outcome, "type")
+	typ := jsonedit.String(outcome, "type")
 	if typ == nil {
 		return js, losses // malformed
 	}
-	interrupt := tokenIs(typ, "interrupt")
-	if !interrupt && !tokenIs(typ, "success") {
+	interrupt := jsonedit.TokenIs(typ, "interrupt")
+	if !interrupt && !jsonedit.TokenIs(typ, "success") {
 		// 0.x has no such outcome: remove every outcome member, so that no
 		// earlier duplicate takes the removed one's place.
 		what := whatUnknownOut
-		if tokenIs(typ, "cancelled") {
+		if jsonedit.TokenIs(typ, "cancelled") {
 			what = whatCancelled
 		}
-		it := newItems(js, '{')
-		var s splicer
+		it := jsonedit.Members(js)
+		var s jsonedit.Splicer
 		for {
-			m, more := it.next()
+			m, more := it.Next()
 			if !more {
 				break
 			}
-			if rawEq(m.key, "outcome") {
-				s.drop(m)
+			if m.KeyIs("outcome") {
+				s.Drop(m)
 			} else {
-				s.keep(m)
+				s.Keep(m)
 			}
 		}
-		if it.bad {
+		if it.Malformed() {
 			return js, losses
 		}
 		losses = append(losses, loss{what: what, dropped: []dropped{{index: 0, typ: typ}}})
-		return apply(js, s.edits), losses
+		return apply(js, s.Edits), losses
 	}
 
 	// 0.0.58: success is z.object({type}).strict(), interrupt is
 	// z.object({type, interrupts}).strict().
-	it := newItems(outcome, '{')
-	var s splicer
+	it := jsonedit.Members(outcome)
+	var s jsonedit.Splicer
 	var drops []dropped
 	for i := 0; ; i++ {
-		m, more := it.next()
+		m, more := it.Next()
 		if !more {
 			break
 		}
 		switch {
-		case rawEq(m.key, "type"), interrupt && rawEq(m.key, "interrupts"):
-			s.keep(m)
-		case rawEq(m.key, "pendingToolCallIds"):
-			s.drop(m) // silent: the legacy consumer derives the same list
+		case m.KeyIs("type"), interrupt && m.KeyIs("interrupts"):
+			s.Keep(m)
+		case m.KeyIs("pendingToolCallIds"):
+			s.Drop(m) // silent: the legacy consumer derives the same list
 		default:
-			s.drop(m)
-			drops = append(drops, dropped{index: i, typ: outcome[m.start : m.start+len(m.key)+2]})
+			s.Drop(m)
+			drops = append(drops, dropped{index: i, typ: outcome[m.Start : m.Start+len(m.Key)+2]})
 		}
 	}
-	if it.bad || len(s.edits) == 0 {
+	if it.Malformed() || len(s.Edits) == 0 {
 		return js, losses
 	}
 	if len(drops) > 0 {
 		losses = append(losses, loss{what: whatOutcomeKey, dropped: drops})
 	}
-	return apply(js, []edit{{from: ostart, to: oend, with: apply(outcome, s.edits)}}), losses
+	return apply(js, []jsonedit.Edit{{From: ostart, To: oend, With: apply(outcome, s.Edits)}}), losses
 }
 
 // announcement renders the CUSTOM event that announces l. Every value in it

@@ -1,5 +1,7 @@
 package downgrade
 
+import "github.com/aguard/aguard/internal/jsonedit"
+
 // This file holds the content rules: flattening a list of content parts to a
 // string, and dropping the user-message parts 0.x cannot hold.
 
@@ -52,32 +54,32 @@ type loss struct {
 // producer escaped it. (Concatenating the encoded forms also keeps a UTF-16
 // surrogate pair split across two parts together, as JavaScript's join does.)
 func flatten(arr []byte) (str []byte, drops []dropped, ok bool) {
-	it := newItems(arr, '[')
+	it := jsonedit.Elements(arr)
 	str = append(make([]byte, 0, len(arr)), '"')
 	for i := 0; ; i++ {
-		el, more := it.next()
+		el, more := it.Next()
 		if !more {
 			break
 		}
-		part := arr[el.valStart:el.valEnd]
+		part := arr[el.ValueStart:el.ValueEnd]
 		if part[0] != '{' {
 			return nil, nil, false
 		}
-		typ := strField(part, "type")
+		typ := jsonedit.String(part, "type")
 		if typ == nil {
 			return nil, nil, false
 		}
-		if !tokenIs(typ, "text") {
+		if !jsonedit.TokenIs(typ, "text") {
 			drops = append(drops, dropped{index: i, typ: typ})
 			continue
 		}
-		text := strField(part, "text")
+		text := jsonedit.String(part, "text")
 		if text == nil {
 			return nil, nil, false
 		}
 		str = append(str, text[1:len(text)-1]...)
 	}
-	if it.bad {
+	if it.Malformed() {
 		return nil, nil, false
 	}
 	return append(str, '"'), drops, true
@@ -94,27 +96,27 @@ func flatten(arr []byte) (str []byte, drops []dropped, ok bool) {
 // fileOnly reports that every dropped part had a file source. out is arr
 // itself when nothing was dropped.
 func userParts(arr []byte) (out []byte, drops []dropped, fileOnly bool) {
-	it := newItems(arr, '[')
-	var s splicer
+	it := jsonedit.Elements(arr)
+	var s jsonedit.Splicer
 	fileOnly = true
 	for i := 0; ; i++ {
-		el, more := it.next()
+		el, more := it.Next()
 		if !more {
 			break
 		}
-		keep, file, typ := userPartFits(arr[el.valStart:el.valEnd])
+		keep, file, typ := userPartFits(arr[el.ValueStart:el.ValueEnd])
 		if keep {
-			s.keep(el)
+			s.Keep(el)
 			continue
 		}
-		s.drop(el)
+		s.Drop(el)
 		drops = append(drops, dropped{index: i, typ: typ})
 		fileOnly = fileOnly && file
 	}
-	if it.bad || len(drops) == 0 {
+	if it.Malformed() || len(drops) == 0 {
 		return arr, nil, false
 	}
-	return apply(arr, s.edits), drops, fileOnly
+	return apply(arr, s.Edits), drops, fileOnly
 }
 
 // userPartFits reports whether 0.0.58 can hold the user content part; if not,
@@ -123,22 +125,22 @@ func userPartFits(part []byte) (keep, file bool, typ []byte) {
 	if part[0] != '{' {
 		return true, false, nil // malformed: leave it for the consumer to reject
 	}
-	typ = strField(part, "type")
+	typ = jsonedit.String(part, "type")
 	switch {
 	case typ == nil:
 		return true, false, nil // malformed
-	case tokenIs(typ, "text"), tokenIs(typ, "binary"):
+	case jsonedit.TokenIs(typ, "text"), jsonedit.TokenIs(typ, "binary"):
 		return true, false, typ
-	case tokenIs(typ, "image"), tokenIs(typ, "audio"), tokenIs(typ, "video"), tokenIs(typ, "document"):
-		s, e, ok := field(part, "source")
+	case jsonedit.TokenIs(typ, "image"), jsonedit.TokenIs(typ, "audio"), jsonedit.TokenIs(typ, "video"), jsonedit.TokenIs(typ, "document"):
+		s, e, ok := jsonedit.Member(part, "source")
 		if !ok || part[s] != '{' {
 			return true, false, typ // malformed
 		}
-		st := strField(part[s:e], "type")
+		st := jsonedit.String(part[s:e], "type")
 		switch {
-		case st == nil, tokenIs(st, "data"), tokenIs(st, "url"):
+		case st == nil, jsonedit.TokenIs(st, "data"), jsonedit.TokenIs(st, "url"):
 			return true, false, typ
-		case tokenIs(st, "file"):
+		case jsonedit.TokenIs(st, "file"):
 			return false, true, typ
 		default:
 			return false, false, typ
@@ -153,27 +155,27 @@ func userPartFits(part []byte) (keep, file bool, typ []byte) {
 // content parts 0.x cannot hold. It returns arr itself when nothing changed,
 // and appends each lossy step to losses.
 func messages(arr []byte, users bool, losses []loss) ([]byte, []loss) {
-	it := newItems(arr, '[')
-	var s splicer
+	it := jsonedit.Elements(arr)
+	var s jsonedit.Splicer
 	for {
-		el, more := it.next()
+		el, more := it.Next()
 		if !more {
 			break
 		}
-		msg := arr[el.valStart:el.valEnd]
+		msg := arr[el.ValueStart:el.ValueEnd]
 		var nm []byte
 		var changed bool
 		nm, changed, losses = message(msg, users, losses)
 		if changed {
-			s.replace(el, nm)
+			s.Replace(el, nm)
 		} else {
-			s.keep(el)
+			s.Keep(el)
 		}
 	}
-	if it.bad {
+	if it.Malformed() {
 		return arr, losses
 	}
-	return apply(arr, s.edits), losses
+	return apply(arr, s.Edits), losses
 }
 
 // message downgrades one message (see messages) and reports whether it changed.
@@ -181,15 +183,15 @@ func message(msg []byte, users bool, losses []loss) ([]byte, bool, []loss) {
 	if msg[0] != '{' {
 		return msg, false, losses
 	}
-	role := strField(msg, "role")
+	role := jsonedit.String(msg, "role")
 	if role == nil {
 		return msg, false, losses
 	}
-	isTool := tokenIs(role, "tool")
-	if !isTool && !(users && tokenIs(role, "user")) {
+	isTool := jsonedit.TokenIs(role, "tool")
+	if !isTool && !(users && jsonedit.TokenIs(role, "user")) {
 		return msg, false, losses
 	}
-	cs, ce, ok := field(msg, "content")
+	cs, ce, ok := jsonedit.Member(msg, "content")
 	if !ok || msg[cs] != '[' {
 		return msg, false, losses
 	}
@@ -201,9 +203,9 @@ func message(msg []byte, users bool, losses []loss) ([]byte, bool, []loss) {
 		}
 		if len(drops) > 0 {
 			losses = append(losses, loss{what: whatToolMessage,
-				toolCallID: strField(msg, "toolCallId"), messageID: strField(msg, "id"), dropped: drops})
+				toolCallID: jsonedit.String(msg, "toolCallId"), messageID: jsonedit.String(msg, "id"), dropped: drops})
 		}
-		return apply(msg, []edit{{from: cs, to: ce, with: str}}), true, losses
+		return apply(msg, []jsonedit.Edit{{From: cs, To: ce, With: str}}), true, losses
 	}
 	parts, drops, fileOnly := userParts(content)
 	if len(drops) == 0 {
@@ -213,6 +215,6 @@ func message(msg []byte, users bool, losses []loss) ([]byte, bool, []loss) {
 	if fileOnly {
 		what = whatFileSource
 	}
-	losses = append(losses, loss{what: what, messageID: strField(msg, "id"), dropped: drops})
-	return apply(msg, []edit{{from: cs, to: ce, with: parts}}), true, losses
+	losses = append(losses, loss{what: what, messageID: jsonedit.String(msg, "id"), dropped: drops})
+	return apply(msg, []jsonedit.Edit{{From: cs, To: ce, With: parts}}), true, losses
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/internal/jsonedit"
 )
 
 // Input rewrites a RunAgentInput for a 0.x upstream (an agent server on the 0.x
@@ -24,10 +25,10 @@ func Input(body []byte) (out []byte, lost []agui.Note, err error) {
 		err := json.Unmarshal(body, &v) // only to say what is wrong
 		return body, nil, fmt.Errorf("downgrade: run input (%d bytes) is not valid JSON: %w", len(body), err)
 	}
-	if i := skipSpace(body, 0); body[i] != '{' {
+	if i := jsonedit.SkipSpace(body, 0); body[i] != '{' {
 		return body, nil, fmt.Errorf("downgrade: run input is not a JSON object: starts with %q", body[i])
 	}
-	ms, me, ok := field(body, "messages")
+	ms, me, ok := jsonedit.Member(body, "messages")
 	if !ok || body[ms] != '[' {
 		return body, nil, nil
 	}
@@ -39,5 +40,5 @@ func Input(body []byte) (out []byte, lost []agui.Note, err error) {
 	if same(na, arr) {
 		return body, lost, nil
 	}
-	return apply(body, []edit{{from: ms, to: me, with: na}}), lost, nil
+	return apply(body, []jsonedit.Edit{{From: ms, To: me, With: na}}), lost, nil
 }

@@ -80,4 +80,5 @@ fuzz ./agui FuzzScan
 fuzz ./agui FuzzParseRunInput
 fuzz ./agui FuzzStream
 fuzz ./downgrade FuzzBridge
+fuzz ./internal/jsonedit FuzzEdit
 fuzz ./policy FuzzDecodeJSONTerm
