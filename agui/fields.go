@@ -435,6 +435,9 @@ func checkUnion(v *fastjson.Value, arms map[string][]field) *fieldError {
 	if v.Type() != fastjson.TypeObject {
 		return expected("object", v)
 	}
+	if err := uniqueType(v); err != nil {
+		return err
+	}
 	fs, ok := arms[string(v.GetStringBytes("type"))]
 	if !ok || v.Get("type").Type() != fastjson.TypeString {
 		return nil
@@ -445,10 +448,6 @@ func checkUnion(v *fastjson.Value, arms map[string][]field) *fieldError {
 func checkRunOutcome(v *fastjson.Value) *fieldError {
 	if v.Type() != fastjson.TypeObject {
 		return expected("object", v)
-	}
-	o, _ := v.Object()
-	if n := countKey(o, "type"); n > 1 {
-		return ferr("duplicate member").at("type")
 	}
 	return checkUnion(v, runOutcomeArms)
 }
@@ -508,6 +507,9 @@ func checkContent(v *fastjson.Value, media []field) *fieldError {
 		if p.Type() != fastjson.TypeObject {
 			return expected("object", p)
 		}
+		if err := uniqueType(p); err != nil {
+			return err
+		}
 		pt := p.Get("type")
 		if pt == nil || pt.Type() != fastjson.TypeString {
 			return ferr("content part has no string type").at("type")
@@ -544,6 +546,18 @@ func checkMessage(v *fastjson.Value) *fieldError {
 	o, _ := v.Object()
 	_, err := checkObject(o, fs)
 	return err
+}
+
+// uniqueType rejects an object whose "type" discriminator is given more than
+// once: fastjson reads the first, the official client's JSON.parse the last,
+// so the object would be checked as one arm and read as another, even where
+// the first names a type the Stream does not check.
+func uniqueType(v *fastjson.Value) *fieldError {
+	o, _ := v.Object()
+	if countKey(o, "type") > 1 {
+		return ferr("duplicate member").at("type")
+	}
+	return nil
 }
 
 // countKey counts the members of o named key.

@@ -33,6 +33,12 @@ func TestMalformedEventsFatal(t *testing.T) {
 		{"custom without value", `{"type":"CUSTOM","name":"x"}`, "value: required"},
 		{"result content a number", `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":1}`, "content: expected string or array"},
 		{"result part without type", `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"text":"x"}]}`, "content[0].type"},
+		// fastjson reads the first of two members of one name, the client's
+		// JSON.parse the last: a part or source whose type is given twice
+		// would be checked as one thing and read as another.
+		{"part type given twice", `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"x-vendor","type":"text","text":1}]}`, "content[0].type: duplicate member"},
+		{"source type given twice", `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"image","source":{"type":"x-vendor","type":"url","value":1}}]}`, "content[0].source.type: duplicate member"},
+		{"message role given twice", `{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"m","role":"x-vendor","role":"tool","content":{}}]}`, "messages[0].role: duplicate member"},
 		{"text part text not a string", `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c","content":[{"type":"text","text":1}]}`, "content[0].text"},
 		{"snapshot message without role", `{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"m"}]}`, "messages[0].role"},
 		{"snapshot message id not a string", `{"type":"MESSAGES_SNAPSHOT","messages":[{"id":1,"role":"user","content":"x"}]}`, "messages[0].id"},
