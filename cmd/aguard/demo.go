@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,12 +15,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/aguard/aguard/admin"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
+	"github.com/aguard/aguard/state"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -36,8 +41,8 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	scenarios := demoScenarios()
-	d, err := startDemo(ctx, scenarios)
+	scenarios, stories := demoScenarios(), approvalStories()
+	d, err := startDemo(ctx, append(slices.Clone(scenarios), storyScenarios(stories)...))
 	if err != nil {
 		return err
 	}
@@ -46,33 +51,58 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	st := newStyle(stdout)
 	fmt.Fprintf(stdout, "%s\n", st.bold("aguard demo"))
-	fmt.Fprintf(stdout, "A scripted agent listens on %s; aguard sits in front of it on %s.\n", d.agentAddr, d.addr)
+	fmt.Fprintf(stdout, "A scripted agent listens on %s; aguard sits in front of it on %s (admin listener on %s).\n", d.agentAddr, d.addr, d.adminAddr)
 	fmt.Fprintf(stdout, "For each scenario a consumer POSTs a RunAgentInput to aguard. Left: what the agent sent. Right: what the consumer received.\n")
-	for i, sc := range scenarios {
+	n := 0
+	for _, sc := range scenarios {
 		received, status, err := demoRun(ctx, base+"/agent", sc.input)
 		if err != nil {
 			return fmt.Errorf("scenario %q: %w", sc.name, err)
 		}
-		printScenario(stdout, st, i+1, sc, received, status, d.notes.take(sc.runID()))
+		n++
+		printScenario(stdout, st, n, sc, received, status, d.notes.take(sc.runID()))
+	}
+	for _, story := range stories {
+		n++
+		if _, err := story.play(ctx, d, stdout, st, n); err != nil {
+			return fmt.Errorf("scenario %q: %w", story.name, err)
+		}
 	}
 	if !*keep {
-		fmt.Fprintf(stdout, "\n%s\n", st.dim("Run `aguard demo --keep` to leave both running and try them with curl."))
+		fmt.Fprintf(stdout, "\n%s\n", st.dim("Run `aguard demo --keep` to leave both running, try them with curl and decide a call on the approvals page."))
 		return nil
 	}
-	fmt.Fprintf(stdout, "\nBoth keep running until you press Ctrl-C. Try:\n\n")
-	for _, sc := range scenarios {
-		fmt.Fprintf(stdout, "  # %s\n  curl -sN %s/agent -H 'Content-Type: application/json' -d '%s'\n\n", sc.name, base, sc.input)
+	waiting := reviewScenario()
+	if _, _, err := demoRun(ctx, base+"/agent", waiting.input); err != nil {
+		return fmt.Errorf("holding a call for the approvals page: %w", err)
 	}
+	fmt.Fprintf(stdout, "\nBoth keep running until you press Ctrl-C.\n\n")
+	fmt.Fprintf(stdout, "%s %s/ui/approvals\n", st.bold("Approvals page:"), d.adminBase)
+	fmt.Fprintf(stdout, "%s %s\n", st.bold("Admin token:   "), d.token)
+	fmt.Fprintf(stdout, "A transfer (tool call %s) is waiting there for your decision.\n\n", reviewCallID)
+	fmt.Fprintf(stdout, "Try (each command starts a thread of its own: aguard holds a thread's next run to what its last one left pending):\n\n")
+	for _, sc := range scenarios {
+		// Single-quoted for the shell, with a fresh thread per command.
+		input := strings.ReplaceAll(sc.input, `'`, `'\''`)
+		input = strings.Replace(input, `"threadId":"`+threadOf(sc.runID())+`"`, `"threadId":"try-'$RANDOM'"`, 1)
+		fmt.Fprintf(stdout, "  # %s\n  curl -sN %s/agent -H 'Content-Type: application/json' -d '%s'\n\n", sc.name, base, input)
+	}
+	fmt.Fprintf(stdout, "  # The calls awaiting a decision, through the admin API\n  curl -s %s/v1/approvals -H 'Authorization: Bearer %s'\n\n", d.adminBase, d.token)
 	<-ctx.Done()
 	return nil
 }
 
-// demoSetup is the demo agent and aguard in front of it, on free loopback ports.
+// demoSetup is the demo agent and aguard in front of it, with its ledger and
+// admin listener, on free loopback ports.
 type demoSetup struct {
 	base      string // aguard's URL
 	addr      net.Addr
 	agentAddr net.Addr
+	adminBase string // aguard's admin listener's URL
+	adminAddr net.Addr
+	token     string // the admin API's bearer token, made up for this run
 	notes     *noteLog
+	agentSaw  *inputLog // the RunAgentInput the agent received, by run
 	close     func()
 }
 
@@ -93,38 +123,82 @@ func demoPolicy(ctx context.Context) (*policy.Engine, error) {
 	return policy.New(ctx, policy.Options{Dir: dir})
 }
 
-func startDemo(ctx context.Context, scenarios []scenario) (*demoSetup, error) {
+// demoClientToolTimeout is the time the application has to answer an
+// approved call in the demo.
+const demoClientToolTimeout = time.Hour
+
+func startDemo(ctx context.Context, scenarios []scenario) (_ *demoSetup, err error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			closeAll()
+		}
+	}()
 	agentLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("demo agent: %w", err)
 	}
-	agent := &http.Server{Handler: demoAgent(scenarios), ReadHeaderTimeout: 5 * time.Second}
+	agentSaw := newInputLog()
+	agent := &http.Server{Handler: demoAgent(scenarios, agentSaw), ReadHeaderTimeout: 5 * time.Second}
 	go agent.Serve(agentLn)
+	closers = append(closers, func() { agent.Close() })
 	notes := newNoteLog()
 	engine, err := demoPolicy(ctx)
 	if err != nil {
-		agent.Close()
 		return nil, err
 	}
+	// The ledger, in memory: what the approval scenarios decide through the
+	// admin API, and what holds a thread's next run to the last one.
+	store, err := state.Open(ctx, state.Options{CacheSize: 10_000})
+	if err != nil {
+		return nil, fmt.Errorf("demo ledger: %w", err)
+	}
+	closers = append(closers, func() { store.Close() })
+	token := make([]byte, 16)
+	rand.Read(token)
+	reg := prometheus.NewRegistry()
 	p, err := proxy.New(proxy.Options{
-		Upstream: "http://" + agentLn.Addr().String(),
-		Metrics:  proxy.NewMetrics(prometheus.NewRegistry()),
-		Logger:   slog.New(notes),
-		Policy:   engine,
+		Upstream:          "http://" + agentLn.Addr().String(),
+		Metrics:           proxy.NewMetrics(reg),
+		Logger:            slog.New(notes),
+		Policy:            engine,
+		State:             store,
+		ClientToolTimeout: demoClientToolTimeout,
+		AdminToken:        hex.EncodeToString(token),
 	})
 	if err != nil {
-		agent.Close()
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		agent.Close()
 		return nil, fmt.Errorf("demo proxy: %w", err)
 	}
 	go p.Serve(ln)
+	closers = append(closers, func() { p.Close() })
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("demo admin listener: %w", err)
+	}
+	adminSrv := &http.Server{
+		Handler: admin.Handler(admin.Options{
+			Token:    hex.EncodeToString(token),
+			Gatherer: reg,
+			Ready:    []admin.Check{p.Ready, store.Ready},
+			API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: demoClientToolTimeout}),
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go adminSrv.Serve(adminLn)
+	closers = append(closers, func() { adminSrv.Close() })
 	return &demoSetup{
-		base: "http://" + ln.Addr().String(), addr: ln.Addr(), agentAddr: agentLn.Addr(), notes: notes,
-		close: func() { p.Close(); agent.Close() },
+		base: "http://" + ln.Addr().String(), addr: ln.Addr(), agentAddr: agentLn.Addr(),
+		adminBase: "http://" + adminLn.Addr().String(), adminAddr: adminLn.Addr(), token: hex.EncodeToString(token),
+		notes: notes, agentSaw: agentSaw, close: closeAll,
 	}, nil
 }
 
@@ -158,17 +232,20 @@ func demoRun(ctx context.Context, url, input string) ([]string, int, error) {
 	return out, resp.StatusCode, sc.Err()
 }
 
-// demoAgent serves each scenario's scripted stream, chosen by the run id.
-func demoAgent(scenarios []scenario) http.Handler {
+// demoAgent serves each scenario's scripted stream, chosen by the run id,
+// and records the RunAgentInput it received.
+func demoAgent(scenarios []scenario, saw *inputLog) http.Handler {
 	byRun := map[string]scenario{}
 	for _, sc := range scenarios {
 		byRun[sc.runID()] = sc
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		var in struct {
 			RunID string `json:"runId"`
 		}
-		json.NewDecoder(r.Body).Decode(&in)
+		json.Unmarshal(body, &in)
+		saw.put(in.RunID, body)
 		sc, ok := byRun[in.RunID]
 		if !ok {
 			http.Error(w, "the demo agent knows no run "+in.RunID, http.StatusNotFound)
@@ -183,6 +260,27 @@ func demoAgent(scenarios []scenario) http.Handler {
 			io.WriteString(w, `data: {"type":"TEXT_MESS`)
 		}
 	})
+}
+
+// inputLog keeps the RunAgentInput the demo agent received, by run id.
+type inputLog struct {
+	mu    sync.Mutex
+	byRun map[string][]byte
+}
+
+func newInputLog() *inputLog { return &inputLog{byRun: map[string][]byte{}} }
+
+func (l *inputLog) put(run string, body []byte) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.byRun[run] = body
+}
+
+// get returns what the agent received for run, nil if the run never reached it.
+func (l *inputLog) get(run string) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byRun[run]
 }
 
 // noteLog is a slog handler that keeps aguard's log lines per run, so the demo
@@ -212,12 +310,14 @@ func (n *noteLog) Handle(_ context.Context, r slog.Record) error {
 		}
 	}
 	// A note's sentence is its message attribute; the msg only says what
-	// kind of line it is.
+	// kind of line it is. A line may name its run itself.
 	text := r.Message
 	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "message" {
+		switch a.Key {
+		case "message":
 			text = a.Value.String()
-			return false
+		case "runId":
+			run = a.Value.String()
 		}
 		return true
 	})

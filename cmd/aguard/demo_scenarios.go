@@ -25,24 +25,29 @@ func (s scenario) runID() string {
 	return in.RunID
 }
 
+// threadOf is the thread of a demo run: each scenario is a thread of its
+// own, since aguard holds a thread's next run to what the last one left
+// pending.
+func threadOf(run string) string { return "thread-" + strings.TrimPrefix(run, "run-") }
+
 const demoTools = `[{"name":"confirm_order","description":"Ask the user to confirm an order","parameters":{"type":"object","properties":{"orderId":{"type":"string"}},"required":["orderId"]}},` +
 	`{"name":"transfer_funds","description":"Move money between the user's accounts","parameters":{"type":"object","properties":{"amount":{"type":"number"},"to":{"type":"string"}},"required":["amount","to"]}}]`
 
 func demoInput(run string) string {
-	return `{"threadId":"demo-thread","runId":"` + run + `","protocolVersion":"1.0","messages":[{"id":"u1","role":"user","content":"Please confirm order A-17"}],"tools":` + demoTools + `,"context":[],"state":{},"forwardedProps":{}}`
+	return `{"threadId":"` + threadOf(run) + `","runId":"` + run + `","protocolVersion":"1.0","messages":[{"id":"u1","role":"user","content":"Please confirm order A-17"}],"tools":` + demoTools + `,"context":[],"state":{},"forwardedProps":{}}`
 }
 
 // legacyInput is what a 0.x client sends: no protocolVersion.
 func legacyInput(run string) string {
-	return `{"threadId":"demo-thread","runId":"` + run + `","messages":[{"id":"u1","role":"user","content":"Show me the Q3 chart"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}`
+	return `{"threadId":"` + threadOf(run) + `","runId":"` + run + `","messages":[{"id":"u1","role":"user","content":"Show me the Q3 chart"}],"tools":[],"context":[],"state":{},"forwardedProps":{}}`
 }
 
 func demoScenarios() []scenario {
 	started := func(run string) string {
-		return `{"type":"RUN_STARTED","threadId":"demo-thread","runId":"` + run + `"}`
+		return `{"type":"RUN_STARTED","threadId":"` + threadOf(run) + `","runId":"` + run + `"}`
 	}
 	finished := func(run string) string {
-		return `{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"` + run + `"}`
+		return `{"type":"RUN_FINISHED","threadId":"` + threadOf(run) + `","runId":"` + run + `"}`
 	}
 	return []scenario{
 		{
@@ -58,7 +63,7 @@ func demoScenarios() []scenario {
 				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-lookup","delta":"{\"id\":\"A-17\"}"}`,
 				`{"type":"TOOL_CALL_END","toolCallId":"c-lookup"}`,
 				`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c-lookup","content":"2 items"}`,
-				`{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-clean","outcome":{"type":"success"}}`,
+				`{"type":"RUN_FINISHED","threadId":"thread-clean","runId":"run-clean","outcome":{"type":"success"}}`,
 			},
 		},
 		{
@@ -85,7 +90,7 @@ func demoScenarios() []scenario {
 				`{"type":"TOOL_CALL_START","toolCallId":"c-confirm","toolCallName":"confirm_order"}`,
 				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-confirm","delta":"{\"orderId\":\"A-17\"}"}`,
 				`{"type":"TOOL_CALL_END","toolCallId":"c-confirm"}`,
-				`{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-pending","outcome":{"type":"success","pendingToolCallIds":["c-old"]}}`,
+				`{"type":"RUN_FINISHED","threadId":"thread-pending","runId":"run-pending","outcome":{"type":"success","pendingToolCallIds":["c-old"]}}`,
 			},
 		},
 		{
@@ -129,19 +134,6 @@ func demoScenarios() []scenario {
 			},
 		},
 		{
-			name: "A call needs a reviewer's approval",
-			explain: "The demo policy holds money transfers for a reviewer. aguard announces it with a deadline; " +
-				"the call stays pending for the application until someone decides.",
-			input: demoInput("run-approval"),
-			agent: []string{
-				started("run-approval"),
-				`{"type":"TOOL_CALL_START","toolCallId":"c-pay","toolCallName":"transfer_funds"}`,
-				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-pay","delta":"{\"amount\":250,\"to\":\"savings\"}"}`,
-				`{"type":"TOOL_CALL_END","toolCallId":"c-pay"}`,
-				finished("run-approval"),
-			},
-		},
-		{
 			name: "A 0.x client meets 1.0 content",
 			explain: "The client sent no protocolVersion: it is on the 0.x line and would crash on content parts and on " +
 				"pendingToolCallIds. aguard flattens the result to its text and announces what it dropped.",
@@ -152,7 +144,7 @@ func demoScenarios() []scenario {
 				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-chart","delta":"{\"quarter\":\"Q3\"}"}`,
 				`{"type":"TOOL_CALL_END","toolCallId":"c-chart"}`,
 				`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c-chart","content":[{"type":"text","text":"Q3 revenue: "},{"type":"image","source":{"type":"url","value":"https://example.com/q3.png","mimeType":"image/png"}},{"type":"text","text":"up 12%"}]}`,
-				`{"type":"RUN_FINISHED","threadId":"demo-thread","runId":"run-legacy","outcome":{"type":"success","pendingToolCallIds":[]}}`,
+				`{"type":"RUN_FINISHED","threadId":"thread-legacy","runId":"run-legacy","outcome":{"type":"success","pendingToolCallIds":[]}}`,
 			},
 		},
 		{
@@ -182,7 +174,7 @@ func demoScenarios() []scenario {
 		{
 			name:    "The consumer sends a malformed RunAgentInput",
 			explain: "Nothing reaches the agent: the consumer gets HTTP 400 invalid_run_input naming the problem.",
-			input:   `{"threadId":"demo-thread","runId":"run-malformed","messages":"hello"}`,
+			input:   `{"threadId":"thread-malformed","runId":"run-malformed","messages":"hello"}`,
 		},
 	}
 }
@@ -192,6 +184,12 @@ func demoScenarios() []scenario {
 func printScenario(w io.Writer, st style, n int, sc scenario, received []string, status int, why []string) {
 	fmt.Fprintf(w, "\n%s\n", st.bold(fmt.Sprintf("%d. %s", n, sc.name)))
 	fmt.Fprintf(w, "   %s\n\n", sc.explain)
+	printExchange(w, st, sc, received, status, why)
+}
+
+// printExchange prints what the agent sent and what the consumer received
+// for one run, and aguard's reasons.
+func printExchange(w io.Writer, st style, sc scenario, received []string, status int, why []string) {
 	if status != 200 {
 		fmt.Fprintf(w, "   consumer received HTTP %d: %s\n", status, strings.Join(received, ""))
 		return
