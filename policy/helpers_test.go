@@ -34,6 +34,9 @@ func policyDir(t testing.TB, files map[string]string) string {
 // newEngine creates an engine for dir ("" = embedded) or fails the test.
 func newEngine(t *testing.T, opt Options) *Engine {
 	t.Helper()
+	if opt.Timeout == 0 {
+		opt.Timeout = testEvalTimeout
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e, err := New(ctx, opt)
@@ -42,6 +45,12 @@ func newEngine(t *testing.T, opt Options) *Engine {
 	}
 	return e
 }
+
+// testEvalTimeout bounds an evaluation in tests that do not test the bound
+// itself: the 100 ms default is a production budget, and a race-enabled
+// test on a busy machine can miss it and read a fail-closed deny as the
+// answer under test.
+const testEvalTimeout = 10 * time.Second
 
 // constPolicy is a policy whose decision is the given Rego expression.
 func constPolicy(expr string) map[string]string {

@@ -17,7 +17,7 @@ const bundlePath = "/bundles/aguard.tar.gz"
 // the end of the test.
 func newBundleEngine(t *testing.T, config []byte, logs *syncbuf.Buffer) *Engine {
 	t.Helper()
-	opt := Options{OPAConfig: config}
+	opt := Options{OPAConfig: config, Timeout: testEvalTimeout}
 	if logs != nil {
 		opt.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
