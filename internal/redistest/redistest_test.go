@@ -1,8 +1,11 @@
 package redistest
 
 import (
+	"bufio"
 	"fmt"
+	"net"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +38,35 @@ func TestRestartServesOnTheSamePort(t *testing.T) {
 	s.Restart() // from stopped
 	if err := ping(addr); err != nil {
 		t.Fatalf("PING after Stop and Restart: %v", err)
+	}
+}
+
+func TestLinkCutClosesConnectionsAndHealRelaysAgain(t *testing.T) {
+	s := Start(t)
+	l := s.Link(t)
+	addr := strings.TrimSuffix(strings.TrimPrefix(l.URL(), "redis://"), "/0")
+	if err := ping(addr); err != nil {
+		t.Fatalf("PING through the link: %v", err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.Write([]byte("PING\r\n"))
+	if line, err := bufio.NewReader(conn).ReadString('\n'); err != nil || line != "+PONG\r\n" {
+		t.Fatalf("PING on an open connection = %q, %v", line, err)
+	}
+	l.Cut()
+	if _, err := conn.Read(make([]byte, 1)); err == nil {
+		t.Fatal("a connection survived Cut")
+	}
+	if err := ping(addr); err == nil {
+		t.Fatal("PING answered through a cut link")
+	}
+	l.Heal()
+	if err := ping(addr); err != nil {
+		t.Fatalf("PING after Heal: %v", err)
 	}
 }
 
