@@ -154,6 +154,13 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 // (https://docs.ag-ui.com, Versioning).
 func (in *RunInput) Legacy() bool { return in.ProtocolVersion == "" }
 
+// HasToolHistory reports whether the input carries tool history: a tool
+// message, or an assistant message with tool calls. An input without any
+// cannot answer, or fail to answer, calls an earlier run left pending.
+func (in *RunInput) HasToolHistory() bool {
+	return in != nil && (len(in.ToolMessages) > 0 || len(in.calls) > 0)
+}
+
 // Tool returns the advertised tool called name.
 func (in *RunInput) Tool(name string) (Tool, bool) {
 	if in == nil {

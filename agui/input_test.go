@@ -48,6 +48,23 @@ func TestParseRunInput(t *testing.T) {
 	}
 }
 
+func TestHasToolHistoryCountsToolMessagesAndAssistantToolCalls(t *testing.T) {
+	for _, tt := range []struct {
+		messages string
+		want     bool
+	}{
+		{`[]`, false},
+		{`[{"id":"u","role":"user","content":"hi"},{"id":"a","role":"assistant","content":"hello"}]`, false},
+		{`[{"id":"a","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"agent_side","arguments":"{}"}}]}]`, true},
+		{`[{"id":"t","role":"tool","toolCallId":"c","content":"done"}]`, true},
+	} {
+		in := mustInput(t, `{"threadId":"t","runId":"r","messages":`+tt.messages+`}`)
+		if got := in.HasToolHistory(); got != tt.want {
+			t.Errorf("HasToolHistory(%s) = %v, want %v", tt.messages, got, tt.want)
+		}
+	}
+}
+
 func TestParseRunInputErrors(t *testing.T) {
 	tests := []struct{ body, path, reason string }{
 		{`nope`, "", "not valid JSON"},
