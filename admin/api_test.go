@@ -127,7 +127,7 @@ func TestAdminAPI(t *testing.T) {
 			}
 		})
 	}
-	c, _ := store.GetCall(context.Background(), "pay-1")
+	c, _ := store.GetCall(context.Background(), state.Ref{ThreadID: "t1", ID: "pay-1"})
 	if c.ApprovedBy != "alice" || c.ApprovedAt == nil || !*c.Approved || c.ClientToolDeadlineAt == nil || !c.ClientToolDeadlineAt.Equal(now.Add(time.Hour)) {
 		t.Fatalf("approved record: %+v", c)
 	}
@@ -180,7 +180,7 @@ func TestConcurrentDecisionsAcrossReplicas(t *testing.T) {
 		if !(codes[0] == 200 && codes[1] == 409 || codes[0] == 409 && codes[1] == 200) {
 			t.Fatalf("round %d: codes %v, want exactly one 200 and one 409", round, codes)
 		}
-		c, _ := b.GetCall(context.Background(), id)
+		c, _ := b.GetCall(context.Background(), state.Ref{ID: id})
 		if (codes[0] == 200) != (c.Status == state.StatusExecuting) {
 			t.Fatalf("round %d: the record (%s) does not match the winner %v", round, c.Status, codes)
 		}

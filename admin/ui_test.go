@@ -292,14 +292,14 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	)
 	waitFor("the second row shows it rejected", `document.querySelector("`+row2+`").dataset.state === "rejected"`)
 
-	c, err := store.GetCall(context.Background(), safeID)
+	c, err := store.GetCall(context.Background(), state.Ref{ThreadID: "thread-a", ID: safeID})
 	if err != nil {
 		t.Fatalf("reading the approved call: %v", err)
 	}
 	if c.Status != state.StatusExecuting || c.ApprovedBy != reviewer || c.Approved == nil || !*c.Approved {
 		t.Errorf("approved call: status %v, approvedBy %q, approved %v; want EXECUTING, %q, true", c.Status, c.ApprovedBy, c.Approved, reviewer)
 	}
-	c, err = store.GetCall(context.Background(), hostileID)
+	c, err = store.GetCall(context.Background(), state.Ref{ThreadID: hostileThread, ID: hostileID})
 	if err != nil {
 		t.Fatalf("reading the rejected call: %v", err)
 	}

@@ -38,6 +38,7 @@ type Config struct {
 	ApprovalTimeout     time.Duration
 	Redis               string
 	LedgerCache         int
+	LedgerProtected     int64
 	ClientToolTimeout   time.Duration
 	Webhooks            []string
 	WebhookSecret       string
@@ -135,7 +136,7 @@ var Flags = []Flag{
 			c.Redis = v
 			return nil
 		}},
-	{"ledger-cache", "100000", "tool-call records the ledger keeps in memory, and as many threads; past it the oldest are evicted (read back from Redis when needed; gone without --redis)",
+	{"ledger-cache", "100000", "tool-call records the ledger keeps in memory, and as many threads; past it the oldest are evicted (read back from Redis when needed; gone without --redis). Held approvals and pending calls are kept apart, never evicted, up to as many again",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -143,6 +144,15 @@ var Flags = []Flag{
 			}
 			c.LedgerCache = n
 			return nil
+		}},
+	{"ledger-protected-bytes", "256MiB", "bytes of held approvals, pending calls and the threads listing them that the ledger keeps in memory, never evicted (at most --ledger-cache of them); when full, new holds for approval are denied",
+		func(c *Config, v string) error {
+			n, err := ParseSize(v)
+			if err == nil && n == 0 {
+				err = fmt.Errorf("want a positive size, got %q", v)
+			}
+			c.LedgerProtected = n
+			return err
 		}},
 	{"client-tool-timeout", "24h", "time the application has to answer a pending frontend call (clientToolDeadlineAt)",
 		func(c *Config, v string) (err error) { c.ClientToolTimeout, err = parseDuration(v); return err }},

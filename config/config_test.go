@@ -69,6 +69,7 @@ func TestConfigErrors(t *testing.T) {
 		{"ledger cache of none", []string{"--upstream", "http://a", "--ledger-cache", "0"}, nil, `ledger-cache (from --ledger-cache): want a positive number of records, got "0"`},
 		{"webhook queue of no bytes", []string{"--upstream", "http://a", "--webhook-queue-bytes", "0"}, nil, `webhook-queue-bytes (from --webhook-queue-bytes): want a positive size, got "0"`},
 		{"memory budget not a size", []string{"--upstream", "http://a"}, map[string]string{"AGUARD_MAX_MEMORY": "half"}, `max-memory (from AGUARD_MAX_MEMORY): want a size such as 8MiB, got "half"`},
+		{"protected ledger of none", []string{"--upstream", "http://a", "--ledger-protected-bytes", "0"}, nil, `ledger-protected-bytes (from --ledger-protected-bytes): want a positive size, got "0"`},
 		{"unknown key in file", []string{"--config", write("typo.yaml", "upstream: http://a\nmax_body: 1MiB\n")}, nil, `line 2: unknown setting "max_body"`},
 		{"route without slash", []string{"--config", write("r.yaml", "routes:\n  - path: agents\n    upstream: http://a\n")}, nil, "routes[0].path: must start with /"},
 		{"missing file", []string{"--config", filepath.Join(dir, "nope.yaml")}, nil, "no such file"},

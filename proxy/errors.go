@@ -21,6 +21,7 @@ const (
 	errUnansweredToolCalls = "unanswered_tool_calls"
 	errAwaitingApproval    = "awaiting_approval"
 	errUncoveredInterrupts = "uncovered_interrupts"
+	errLedgerUnavailable   = "ledger_unavailable" // addition: 503 when the thread's state cannot be vouched for
 )
 
 // statusConsumerGone labels aguard_requests_total for a request whose

@@ -21,6 +21,12 @@ const syncWriteTimeout = 2 * time.Second
 // the step's events are written, so that whatever RUN_FINISHED tells the
 // consumer is pending is in the store (in Redis, when reachable) before the
 // consumer reads it.
+//
+// It changes records only through the lifecycle's transitions (package
+// state): it applies them to the records it owns (the calls this stream
+// started), and asks the store for a compare-and-set on records others may
+// change (a call held for approval, which reviewers decide on any replica).
+// Every record it touches is of the stream's own thread.
 type ledger struct {
 	store             *state.Store
 	notify            Notifier // nil: no webhooks
@@ -30,12 +36,19 @@ type ledger struct {
 	now               func() time.Time
 	// calls are the records of the calls this stream started, by id.
 	calls map[string]*state.ToolCall
+	// registered: the run is in the store's runs registry, so that another
+	// replica ends its open calls if this one dies.
+	registered bool
 }
 
 func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
 	return &ledger{store: store, notify: notify, in: in, clientToolTimeout: clientToolTimeout, log: log, now: time.Now,
 		calls: map[string]*state.ToolCall{}}
 }
+
+func (l *ledger) ref(id string) state.Ref { return state.Ref{ThreadID: l.in.ThreadID, ID: id} }
+
+func (l *ledger) run() state.RunRef { return state.RunRef{ThreadID: l.in.ThreadID, RunID: l.in.RunID} }
 
 // record applies one pipeline step's facts to the ledger.
 func (l *ledger) record(ctx context.Context, o *Output) {
@@ -44,83 +57,83 @@ func (l *ledger) record(ctx context.Context, o *Output) {
 	}
 	now := l.now()
 	for i := range o.Calls {
-		ev := &o.Calls[i]
-		c := l.apply(ctx, ev, now)
-		if c == nil {
-			continue
-		}
-		l.put(ctx, c)
-		switch {
-		case ev.Kind == agui.CallStarted:
-			l.tell(webhook.TypeToolCallStarted, c)
-		case c.Status == state.StatusRequiresConfirmation && ev.Kind == agui.CallDecided:
-			l.tell(webhook.TypeApprovalRequired, c)
-		case c.Status.Terminal():
-			l.tell(webhook.TypeToolCallCompleted, c)
-		}
+		l.event(ctx, &o.Calls[i], now)
 	}
 	if o.Run.Kind != "" {
 		l.runEnded(ctx, &o.Run, now)
 	}
 }
 
-// apply updates the record of ev's call and returns it, or nil when there
-// is nothing to write.
-func (l *ledger) apply(ctx context.Context, ev *agui.CallEvent, now time.Time) *state.ToolCall {
-	c := l.calls[ev.ID]
+// event records what happened to one call.
+func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 	if ev.Kind == agui.CallStarted {
-		c = &state.ToolCall{ID: ev.ID, Name: ev.Name, Status: state.StatusPending, IsClientTool: ev.Frontend,
-			ThreadID: l.in.ThreadID, RunID: l.in.RunID, CreatedAt: now}
+		if !l.registered {
+			l.store.RunStarted(ctx, l.run())
+			l.registered = true
+		}
+		c := state.NewCall(l.ref(ev.ID), l.in.RunID, ev.Name, ev.Frontend, now)
 		if t, ok := l.in.Tool(ev.Name); ok {
 			c.Description = t.Description
 			c.ParametersJSONSchema = json.RawMessage(t.Parameters)
 		}
 		l.calls[ev.ID] = c
-		return c
+		l.put(ctx, c)
+		l.tell(webhook.TypeToolCallStarted, c)
+		return
 	}
+	c := l.calls[ev.ID]
 	if c == nil {
-		// A result for a call of an earlier run (a resumed run answers
-		// the original id): update the record the store has.
+		// A result for a call of an earlier run of this thread (a resumed
+		// run answers the original id): update the record the store has.
 		if ev.Kind != agui.CallAnswered {
-			return nil
+			return
 		}
-		got, err := l.store.GetCall(ctx, ev.ID)
+		got, err := l.store.GetCall(ctx, l.ref(ev.ID))
 		if err != nil {
-			return nil
+			return
 		}
 		c = got
 		l.calls[ev.ID] = c
 	}
+	var t state.Transition
 	switch ev.Kind {
 	case agui.CallArgumentsComplete:
-		// The store keeps argumentsJson only when the text is a JSON object
-		// and fills argumentsDigest from the text (state.ToolCall).
-		c.ArgumentsText = string(ev.Arguments)
-		c.ArgumentsJSON = json.RawMessage(c.ArgumentsText)
-		c.ArgumentsDigest = ""
-		if !c.IsClientTool {
-			c.Status = state.StatusExecuting // the agent runs its own tools
-		}
+		t = state.ArgumentsComplete(ev.Arguments)
 	case agui.CallDecided:
-		c.DecisionID = ev.Verdict.DecisionID
-		switch ev.Verdict.Action {
-		case agui.ActionDeny:
-			c.End(state.StatusFailed, "denied by policy: "+ev.Verdict.Reason, now)
-		case agui.ActionRequireApproval:
-			if at, err := time.Parse(time.RFC3339, ev.Verdict.RequiresApprovalAt); err == nil && c.IsClientTool {
-				c.Status = state.StatusRequiresConfirmation
-				c.RequiresApprovalAt = &at
-			}
-		}
+		t = l.decided(c, ev.Verdict, now)
 	case agui.CallAnswered:
-		if c.Status.Terminal() {
-			return nil
-		}
-		c.ResultJSON = resultJSON(ev.Content)
-		c.ExecutedAt = &now
-		c.End(state.StatusCompleted, "", now)
+		t = state.Answer(ev.Content, "", false, now)
+	default:
+		return
 	}
-	return c
+	if err := t.To(c); err != nil {
+		l.log.Debug("tool call event does not apply to its record", "toolCallId", ev.ID, "err", err)
+		return
+	}
+	l.put(ctx, c)
+	switch {
+	case c.Status == state.StatusRequiresConfirmation && ev.Kind == agui.CallDecided:
+		l.tell(webhook.TypeApprovalRequired, c)
+	case c.Status.Terminal():
+		l.tell(webhook.TypeToolCallCompleted, c)
+	}
+}
+
+// decided is the transition a policy verdict makes. A frontend call held for
+// approval takes the place the hold gate reserved for it in the store; a
+// require_approval that cannot hold (an agent-side call, which the stream
+// denies, or an unreadable deadline) only records the decision.
+func (l *ledger) decided(c *state.ToolCall, v agui.Verdict, now time.Time) state.Transition {
+	switch v.Action {
+	case agui.ActionDeny:
+		return state.Deny(v.Reason, v.DecisionID, now)
+	case agui.ActionRequireApproval:
+		if at, err := time.Parse(time.RFC3339, v.RequiresApprovalAt); err == nil && c.IsClientTool {
+			return state.Hold(at, v.DecisionID)
+		}
+		l.store.ReleaseHold(state.RefOf(c))
+	}
+	return state.Allow(v.DecisionID)
 }
 
 // runEnded writes how a run ended, and the thread's pending calls, in one
@@ -146,50 +159,108 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd, now time.Time) 
 		if c.Status == state.StatusRequiresConfirmation {
 			// Its record belongs to the reviewers now: a decision may
 			// already have been made on any replica, and this copy must not
-			// overwrite it.
+			// overwrite it. The thread remembers it was held, so that an
+			// answer is never let through if the record is lost.
+			th.Approvals = append(th.Approvals, id)
 			continue
 		}
 		// Dispatched to the application (or, for a call the agent left
 		// unanswered and the policy let stand, handed to it), which has
-		// until the deadline to answer (seed 003, clientToolDeadlineAt).
-		c.Status = state.StatusExecuting
-		deadline := now.Add(l.clientToolTimeout)
-		c.ClientToolDeadlineAt = &deadline
-		writes = append(writes, c)
+		// until the deadline to answer (clientToolDeadlineAt).
+		if err := state.Dispatch(now, l.clientToolTimeout).To(c); err == nil {
+			writes = append(writes, c)
+		}
 	}
 	// Whatever else this stream started and did not finish ends with the run.
-	reason := "run ended with the call open"
+	cause, detail := state.CauseRunEnded, ""
 	switch {
 	case run.Kind == "error":
-		reason = "run failed"
-		if run.Code != "" {
-			reason += ": " + run.Code
-		}
+		cause, detail = state.CauseRunFailed, run.Code
 	case run.Outcome == "cancelled":
-		reason = "run cancelled"
+		cause = state.CauseRunCancelled
 	}
-	for id, c := range l.calls {
-		if !c.Status.Terminal() && !pending[id] {
-			c.End(state.StatusCancelled, reason, now)
-			writes = append(writes, c)
-			l.tell(webhook.TypeToolCallCompleted, c)
-		}
-	}
-	clear(l.calls)
+	held := l.endOpen(cause, detail, pending, now, &writes)
 	ctx, cancel := context.WithTimeout(ctx, syncWriteTimeout)
 	defer cancel()
 	if err := l.store.PutCallsSync(ctx, writes, th); err != nil {
 		if errors.Is(err, state.ErrQueued) {
 			l.log.Warn("the pending calls of this run are queued, not yet in redis; other replicas cannot see them until it returns",
 				"pending", th.PendingCalls)
-			return
+		} else {
+			l.log.Error("could not record the end of the run", "err", err)
 		}
-		l.log.Error("could not record the end of the run", "err", err)
+	}
+	l.endHeld(ctx, held, cause, detail, now)
+	l.unregister(ctx)
+}
+
+// endOpen ends the open calls of this stream that are not pending, adding
+// the ones it owns to writes; it returns the held ones, which reviewers may
+// be deciding elsewhere: they end through the store (endHeld).
+func (l *ledger) endOpen(cause state.EndCause, detail string, pending map[string]bool, now time.Time, writes *[]*state.ToolCall) (held []state.Ref) {
+	for id, c := range l.calls {
+		if c.Status.Terminal() || pending[id] {
+			continue
+		}
+		if c.Status == state.StatusRequiresConfirmation {
+			held = append(held, state.RefOf(c))
+			continue
+		}
+		if err := state.EndWithRun(cause, detail, now).To(c); err == nil {
+			*writes = append(*writes, c)
+			l.tell(webhook.TypeToolCallCompleted, c)
+		}
+	}
+	clear(l.calls)
+	return held
+}
+
+// endHeld ends held calls with the run, each a compare-and-set: a decision a
+// reviewer made meanwhile wins.
+func (l *ledger) endHeld(ctx context.Context, held []state.Ref, cause state.EndCause, detail string, now time.Time) {
+	for _, r := range held {
+		c, err := l.store.Apply(ctx, r, state.EndWithRun(cause, detail, now))
+		switch {
+		case err == nil || errors.Is(err, state.ErrQueued):
+			l.tell(webhook.TypeToolCallCompleted, c)
+		case errors.Is(err, state.ErrTransition):
+		default:
+			l.log.Warn("could not end a held tool call with its run", "toolCallId", r.ID, "err", err)
+		}
+	}
+}
+
+// close is called when the stream is over, however it ended. A run whose
+// end the ledger did not see (the consumer left) is cancelled: its open
+// calls end, and it leaves the runs registry.
+func (l *ledger) close(ctx context.Context, end string) {
+	if len(l.calls) > 0 {
+		detail := "the stream ended: " + end
+		if end == "consumer_gone" {
+			detail = "the consumer disconnected"
+		}
+		now := l.now()
+		var writes []*state.ToolCall
+		held := l.endOpen(state.CauseRunCancelled, detail, nil, now, &writes)
+		wctx, cancel := context.WithTimeout(ctx, syncWriteTimeout)
+		if err := l.store.PutCallsSync(wctx, writes, nil); err != nil && !errors.Is(err, state.ErrQueued) {
+			l.log.Error("could not record the end of the run", "err", err)
+		}
+		l.endHeld(wctx, held, state.CauseRunCancelled, detail, now)
+		cancel()
+	}
+	l.unregister(ctx)
+}
+
+func (l *ledger) unregister(ctx context.Context) {
+	if l.registered {
+		l.store.RunEnded(ctx, l.run())
+		l.registered = false
 	}
 }
 
 func (l *ledger) tell(eventType string, c *state.ToolCall) {
-	if l.notify != nil {
+	if l.notify != nil && c != nil {
 		l.notify.Notify(eventType, c)
 	}
 }
@@ -200,16 +271,30 @@ func (l *ledger) put(ctx context.Context, c *state.ToolCall) {
 	}
 }
 
-// resultJSON maps a result's content onto seed 003's resultJson, which is an
-// object: a string becomes {"content": "…"}, a list of parts
-// {"content": […]}.
-func resultJSON(content []byte) json.RawMessage {
-	if len(content) == 0 {
-		return nil
+// holdGate puts a stream's verdicts through the ledger's protected memory: a
+// frontend call the policy holds for approval must have a place there
+// (state.Store.ReserveHold), or the hold could be evicted and the call let
+// through. When there is none, the require_approval becomes a deny, with a
+// reason that says so, logged; the store counts it
+// (aguard_state_holds_refused_total).
+type holdGate struct {
+	agui.Decider
+	store  *state.Store
+	thread string
+	log    *slog.Logger
+}
+
+// Decide implements agui.Decider.
+func (g holdGate) Decide(c *agui.Call) agui.Verdict {
+	v := g.Decider.Decide(c)
+	if v.Action != agui.ActionRequireApproval || !c.Frontend {
+		return v
 	}
-	b, err := json.Marshal(map[string]json.RawMessage{"content": json.RawMessage(content)})
-	if err != nil {
-		return nil
+	if err := g.store.ReserveHold(state.Ref{ThreadID: g.thread, ID: c.ID}, len(c.Arguments)); err != nil {
+		g.log.Warn("approval required, but the ledger cannot hold more calls; the call is denied",
+			"toolCallId", c.ID, "decisionId", v.DecisionID, "err", err)
+		return agui.Verdict{Action: agui.ActionDeny, DecisionID: v.DecisionID,
+			Reason: "approval required, but aguard cannot hold more calls for approval now (its protected ledger memory is full)"}
 	}
-	return b
+	return v
 }

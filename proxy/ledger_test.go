@@ -149,7 +149,7 @@ func TestPendingCallsEnforcedAcrossReplicas(t *testing.T) {
 	if status != 200 || len(got) != 2 {
 		t.Fatalf("run 2 with the answer: %d %q", status, got)
 	}
-	rec, err := openStore(t, redis.URL()).GetCall(context.Background(), "call-1")
+	rec, err := openStore(t, redis.URL()).GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "call-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ default decision := {"action": "allow"}
 	if status, got, _ := postRun(t, h, threadInput("run-1", "", "")); status != 200 || !strings.Contains(strings.Join(got, ""), "aguard.approval_required") {
 		t.Fatalf("run 1: %d %q", status, got)
 	}
-	rec, _ := store.GetCall(ctx, "pay-1")
+	rec, _ := store.GetCall(ctx, state.Ref{ThreadID: "thread-x", ID: "pay-1"})
 	if rec.Status != state.StatusRequiresConfirmation || rec.RequiresApprovalAt == nil || time.Until(*rec.RequiresApprovalAt) < 50*time.Minute {
 		t.Fatalf("record after run 1: %+v", rec)
 	}
@@ -192,12 +192,7 @@ default decision := {"action": "allow"}
 		t.Fatalf("answer while undecided: %d %+v", status, e)
 	}
 	// A reviewer rejects it (what POST /v1/tool-calls/pay-1/reject records).
-	if _, err := store.UpdateCall(ctx, "pay-1", func(c *state.ToolCall) error {
-		no := false
-		c.Approved, c.ApprovedBy = &no, "alice"
-		c.End(state.StatusCancelled, "approval rejected", time.Now())
-		return nil
-	}); err != nil {
+	if _, err := store.Apply(ctx, state.Ref{ThreadID: "thread-x", ID: "pay-1"}, state.Reject("alice", time.Now())); err != nil {
 		t.Fatal(err)
 	}
 	if status, _, _ := postRun(t, h, threadInput("run-2", answer("pay-1", "paid"), "")); status != 200 {
@@ -212,11 +207,13 @@ default decision := {"action": "allow"}
 	if status, _, _ := postRun(t, h, threadInput("run-4", answer("pay-1", "paid"), "")); status != 200 {
 		t.Fatalf("run 4: %d", status)
 	}
-	store.UpdateCall(ctx, "pay-2", func(c *state.ToolCall) error {
-		past := time.Now().Add(-time.Second)
-		c.RequiresApprovalAt = &past
-		return nil
-	})
+	// Its deadline passes (the record rewritten as if held a while ago).
+	rec, _ = store.GetCall(ctx, state.Ref{ThreadID: "thread-x", ID: "pay-2"})
+	past := time.Now().Add(-time.Second)
+	rec.RequiresApprovalAt = &past
+	if err := store.PutCall(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
 	if status, _, _ := postRun(t, h, threadInput("run-5", answer("pay-1", "paid")+answer("pay-2", "paid"), "")); status != 200 {
 		t.Fatalf("answer after expiry: %d", status)
 	}
@@ -224,7 +221,7 @@ default decision := {"action": "allow"}
 	if !strings.Contains(sent, `"toolCallId":"pay-2","content":"Declined by aguard: approval timeout.","error":"approval timeout"`) {
 		t.Fatalf("expired approval not rewritten: %s", sent)
 	}
-	if rec, _ := store.GetCall(ctx, "pay-2"); rec.Status != state.StatusTimedOut || rec.EndReason != "approval timeout" {
+	if rec, _ := store.GetCall(ctx, state.Ref{ThreadID: "thread-x", ID: "pay-2"}); rec.Status != state.StatusTimedOut || rec.EndReason != "approval timeout" {
 		t.Fatalf("expired record: %+v", rec)
 	}
 }
@@ -273,7 +270,7 @@ func TestLateAnswerAfterClientDeadline(t *testing.T) {
 	if !strings.Contains(sent, `"content":"Declined by aguard: client tool deadline passed.","error":"client tool deadline passed"`) {
 		t.Fatalf("late answer forwarded as is: %s", sent)
 	}
-	if rec, _ := store.GetCall(context.Background(), "call-9"); rec.Status != state.StatusTimedOut {
+	if rec, _ := store.GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "call-9"}); rec.Status != state.StatusTimedOut {
 		t.Fatalf("record: %+v", rec)
 	}
 }

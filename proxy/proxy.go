@@ -456,8 +456,8 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		var refusal *threadRefusal
 		refusal, answers = p.checkThread(ctx, in)
 		if refusal != nil {
-			writeErrorIDs(ctx, fasthttp.StatusConflict, refusal.code, refusal.message, refusal.key, refusal.ids)
-			p.m.requests.WithLabelValues("409").Inc()
+			writeErrorIDs(ctx, refusal.status, refusal.code, refusal.message, refusal.key, refusal.ids)
+			p.m.requests.WithLabelValues(strconv.Itoa(refusal.status)).Inc()
 			return
 		}
 	}

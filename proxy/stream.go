@@ -144,6 +144,9 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunIn
 	opts := agui.Options{Monitor: p.opt.Monitor}
 	if p.opt.Policy != nil {
 		opts.Decider = NewDecider(p.opt.Policy, in, route, info, p.opt.ApprovalTimeout)
+		if p.opt.State != nil {
+			opts.Decider = holdGate{Decider: opts.Decider, store: p.opt.State, thread: in.ThreadID, log: p.log}
+		}
 	}
 	s := &stream{
 		p:     p,
@@ -277,6 +280,9 @@ func (s *stream) run(c net.Conn) (keep bool) {
 		s.ans.abort()
 	}
 	s.ans.release()
+	if s.led != nil {
+		s.led.close(context.Background(), end)
+	}
 	p.m.streamEnds.WithLabelValues(end).Inc()
 	p.m.duration.Observe(time.Since(s.start).Seconds())
 	s.log.Info("stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))

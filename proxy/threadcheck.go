@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -12,113 +13,113 @@ import (
 	"github.com/aguard/aguard/webhook"
 )
 
-// threadRefusal is a request-side refusal: HTTP 409 with a code and ids.
+// threadRefusal is a request-side refusal: an HTTP status with a code and
+// ids.
 type threadRefusal struct {
+	status             int
 	code, message, key string
 	ids                []string
 }
 
 // checkThread holds a run to what earlier runs of its thread told the
-// consumer (design §3, request side), before anything reaches the agent:
+// consumer (the README's request-side errors), before anything reaches the
+// agent:
 //
-//   - "A thread that continues MUST answer every one of them first: the next
-//     run's messages carry a tool message per call" (seed 000): a pending
-//     call without a tool message refuses the run (unanswered_tool_calls);
-//   - a tool message for a call whose approval is undecided refuses it
-//     (awaiting_approval);
+//   - "A thread that continues MUST answer every one of them first: the
+//     next run's messages carry a tool message per call" (AG-UI tool calls,
+//     https://docs.ag-ui.com): a pending call without a tool message refuses
+//     the run (409 unanswered_tool_calls);
+//   - a tool message for a call whose approval is undecided refuses it (409
+//     awaiting_approval);
 //   - after an interrupted run, resume must cover every interrupt and may
-//     not resolve an expired one (uncovered_interrupts).
+//     not resolve an expired one (409 uncovered_interrupts).
 //
-// Answers aguard must not forward as they are (approval rejected or timed
-// out, past the call's client deadline) are returned to be rewritten to a
-// decline with error set; answers it accepts are recorded. When the store
-// cannot be read, the run is let through and the failure logged: the ledger
-// being unreachable must not stop every thread.
+// A tool message answers only a call of the input's own thread: an id that
+// names another thread's call is a call aguard does not know here.
+// Answers aguard must not forward as they are (approval rejected, timed out
+// or lost, past the call's client deadline) are returned to be rewritten to
+// a decline with error set; answers it accepts are recorded. The state
+// package's lifecycle judges each answer (state.ThreadView.Judge).
+//
+// The thread and every answered record are read in one round trip, and what
+// is recorded is written in one more, whatever the number of tool messages.
+// When the store cannot vouch for the thread (Redis unreachable or lost
+// data, and nothing of the thread in memory), a run that carries tool
+// history is refused (503 ledger_unavailable): the thread may have calls
+// pending or held that this input does not honour. A run without tool
+// history cannot answer anything, and goes through.
 func (p *Proxy) checkThread(ctx context.Context, in *agui.RunInput) (*threadRefusal, map[string]agui.Answer) {
 	store := p.opt.State
-	th, err := store.GetThread(ctx, in.ThreadID)
+	ids := make([]string, 0, len(in.ToolMessages))
+	seen := make(map[string]bool, len(in.ToolMessages))
+	for _, tm := range in.ToolMessages {
+		if !seen[tm.ToolCallID] {
+			seen[tm.ToolCallID] = true
+			ids = append(ids, tm.ToolCallID)
+		}
+	}
+	view, err := store.ReadThread(ctx, in.ThreadID, ids)
 	if err != nil {
-		p.log.Warn("thread state unavailable; run forwarded unchecked", "threadId", in.ThreadID, "err", err)
+		if in.HasToolHistory() {
+			p.log.Warn("thread state unavailable; a run with tool history is refused", "threadId", in.ThreadID, "err", err)
+			return &threadRefusal{status: http.StatusServiceUnavailable, code: errLedgerUnavailable, message: fmt.Sprintf(
+				"aguard cannot vouch for the state of thread %q right now (its ledger is unreachable or lost data), and this input carries tool history that must be checked against it; retry shortly", in.ThreadID)}, nil
+		}
+		p.log.Warn("thread state unavailable; a run without tool history is forwarded", "threadId", in.ThreadID, "err", err)
 		return nil, nil
 	}
-	answers := map[string]*agui.ToolMessage{}
-	for i := range in.ToolMessages {
-		answers[in.ToolMessages[i].ToolCallID] = &in.ToolMessages[i]
-	}
+	th := view.Thread
 	var missing []string
 	for _, id := range th.PendingCalls {
-		if answers[id] == nil {
+		if !seen[id] {
 			missing = append(missing, id)
 		}
 	}
 	if len(missing) > 0 {
-		return &threadRefusal{errUnansweredToolCalls, fmt.Sprintf(
+		return &threadRefusal{http.StatusConflict, errUnansweredToolCalls, fmt.Sprintf(
 			"the last run of thread %q left tool calls pending that this input does not answer: every pending call needs a tool message", in.ThreadID),
 			"toolCallIds", missing}, nil
 	}
-	if r := checkInterrupts(th, in, time.Now()); r != nil {
+	now := store.Now()
+	if r := checkInterrupts(th, in, now); r != nil {
 		return r, nil
 	}
 
-	now := time.Now()
 	var awaiting []string
-	type update struct {
-		id     string
-		status state.Status
-		reason string
-		tm     *agui.ToolMessage
-	}
-	var updates []update
+	var changes []state.Change
 	rewrites := map[string]agui.Answer{}
+	judged := make(map[string]bool, len(ids))
 	for _, tm := range in.ToolMessages {
-		c, err := store.GetCall(ctx, tm.ToolCallID)
-		if err != nil {
-			continue // a call aguard never saw, or the store is unreachable
+		if judged[tm.ToolCallID] {
+			continue // one verdict per call; a rewrite applies to each of its messages
 		}
-		switch {
-		case c.Status == state.StatusRequiresConfirmation && c.RequiresApprovalAt != nil && now.After(*c.RequiresApprovalAt):
-			updates = append(updates, update{c.ID, state.StatusTimedOut, "approval timeout", nil})
-			rewrites[c.ID] = decline("approval timeout")
-		case c.Status == state.StatusRequiresConfirmation:
-			awaiting = append(awaiting, c.ID)
-		case c.Status == state.StatusCancelled && c.EndReason == "approval rejected",
-			c.Status == state.StatusTimedOut:
-			rewrites[c.ID] = decline(c.EndReason)
-		case !c.Status.Terminal() && c.ClientToolDeadlineAt != nil && now.After(*c.ClientToolDeadlineAt):
-			updates = append(updates, update{c.ID, state.StatusTimedOut, "client tool deadline passed", nil})
-			rewrites[c.ID] = decline("client tool deadline passed")
-		case !c.Status.Terminal():
-			tm := tm
-			if tm.HasError {
-				updates = append(updates, update{c.ID, state.StatusFailed, tm.Error, &tm})
-			} else {
-				updates = append(updates, update{c.ID, state.StatusCompleted, "", &tm})
-			}
+		judged[tm.ToolCallID] = true
+		v := view.Judge(tm.ToolCallID, tm.Content, tm.Error, tm.HasError, now)
+		switch v.Action {
+		case state.AnswerAwait:
+			awaiting = append(awaiting, tm.ToolCallID)
+		case state.AnswerDecline:
+			rewrites[tm.ToolCallID] = decline(v.Reason)
+		}
+		if v.Set {
+			changes = append(changes, state.Change{ID: tm.ToolCallID, Transition: v.Transition})
 		}
 	}
 	if len(awaiting) > 0 {
-		return &threadRefusal{errAwaitingApproval,
+		return &threadRefusal{http.StatusConflict, errAwaitingApproval,
 			"this input answers tool calls whose approval has not been decided yet", "toolCallIds", awaiting}, nil
 	}
-	for _, u := range updates {
-		c, err := store.UpdateCall(ctx, u.id, func(c *state.ToolCall) error {
-			if c.Status.Terminal() {
-				return nil
-			}
-			if u.tm != nil {
-				c.ResultJSON = resultJSON(u.tm.Content)
-				at := now
-				c.ExecutedAt = &at
-			}
-			c.End(u.status, u.reason, now)
-			return nil
-		})
-		if err != nil && !errors.Is(err, state.ErrQueued) {
-			p.log.Warn("could not record the answer to a tool call", "toolCallId", u.id, "err", err)
+	for i, r := range store.ApplyAnswers(ctx, view, changes) {
+		switch {
+		case r.Err != nil && errors.Is(r.Err, state.ErrTransition):
+			p.log.Info("tool call changed while its answer was checked", "threadId", in.ThreadID, "toolCallId", changes[i].ID, "err", r.Err)
+			continue
+		case r.Err != nil && !errors.Is(r.Err, state.ErrQueued):
+			p.log.Warn("could not record the answer to a tool call", "threadId", in.ThreadID, "toolCallId", changes[i].ID, "err", r.Err)
 			continue
 		}
-		if p.opt.Notifier != nil && c != nil && c.Status.Terminal() {
-			p.opt.Notifier.Notify(webhook.TypeToolCallCompleted, c)
+		if p.opt.Notifier != nil && r.Call != nil && r.Call.Status.Terminal() {
+			p.opt.Notifier.Notify(webhook.TypeToolCallCompleted, r.Call)
 		}
 	}
 	return nil, rewrites
@@ -151,11 +152,11 @@ func checkInterrupts(th *state.Thread, in *agui.RunInput, now time.Time) *thread
 	}
 	switch {
 	case len(uncovered) > 0:
-		return &threadRefusal{errUncoveredInterrupts, fmt.Sprintf(
+		return &threadRefusal{http.StatusConflict, errUncoveredInterrupts, fmt.Sprintf(
 			"the last run of thread %q ended interrupted; resume must cover every interrupt (missing: %s)", in.ThreadID, strings.Join(uncovered, ", ")),
 			"interruptIds", uncovered}
 	case len(expired) > 0:
-		return &threadRefusal{errUncoveredInterrupts,
+		return &threadRefusal{http.StatusConflict, errUncoveredInterrupts,
 			"resume resolves interrupts that have expired; an expired interrupt can only be cancelled", "interruptIds", expired}
 	}
 	return nil

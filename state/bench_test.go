@@ -21,7 +21,7 @@ func BenchmarkGetCallLRUHit(b *testing.B) {
 		b.ReportAllocs()
 		b.ResetTimer()
 		for b.Loop() {
-			if _, err := s.GetCall(ctx, c.ID); err != nil {
+			if _, err := s.GetCall(ctx, RefOf(c)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -44,7 +44,7 @@ func BenchmarkGetCallRedis(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.GetCall(ctx, c.ID); err != nil {
+		if _, err := s.GetCall(ctx, RefOf(c)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -93,7 +93,7 @@ func BenchmarkUpdateCallRedis(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := s.UpdateCall(ctx, "c", func(c *ToolCall) error { c.ApprovedBy = "x"; return nil }); err != nil {
+		if _, err := s.update(ctx, Ref{"t", "c"}, func(c *ToolCall) error { c.ApprovedBy = "x"; return nil }); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -12,7 +12,7 @@ const (
 	writeRedis    = "redis"    // acknowledged by Redis during the caller's call
 	writeQueued   = "queued"   // queued because Redis was unreachable
 	writeDrained  = "drained"  // a queued write, acknowledged by Redis later
-	writeMemory   = "memory"   // stored in the in-process LRU only (no Redis configured)
+	writeMemory   = "memory"   // stored in memory only (no Redis configured)
 	writeConflict = "conflict" // a compare-and-set lost to another writer and was retried
 	writeInvalid  = "invalid"  // refused: invalid input
 )
@@ -25,6 +25,17 @@ type metrics struct {
 	dropped     prometheus.Counter
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
+
+	transitions       *prometheus.CounterVec
+	protectedEntries  prometheus.Gauge
+	protectedBytes    prometheus.Gauge
+	protectedMax      prometheus.Gauge
+	protectedOverflow *prometheus.CounterVec
+	holdsRefused      prometheus.Counter
+	dataLost          *prometheus.CounterVec
+	writeBack         *prometheus.CounterVec
+	deadlinesFired    prometheus.Counter
+	runsLost          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,14 +64,59 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "aguard_state_cache_misses_total",
 			Help: "Reads that had to go to Redis or found nothing.",
 		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_state_transitions_total",
+			Help: "Lifecycle transitions the store applied to stored records (approve, reject, expire_approval, answer, lose_run, …).",
+		}, []string{"transition"}),
+		protectedEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_state_protected_entries",
+			Help: "Held approvals, pending calls and the threads listing them kept in memory, never evicted.",
+		}),
+		protectedBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_state_protected_bytes",
+			Help: "Estimated bytes of the protected entries.",
+		}),
+		protectedMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_state_protected_max_entries",
+			Help: "The bound on protected entries (--ledger-cache).",
+		}),
+		protectedOverflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_state_protected_overflow_total",
+			Help: "Pending calls (kind=call) and threads (kind=thread) kept evictable because the protected set was full.",
+		}, []string{"kind"}),
+		holdsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_holds_refused_total",
+			Help: "Approvals the policy required that were denied because the protected set was full.",
+		}),
+		dataLost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_state_redis_data_lost_total",
+			Help: "Losses of Redis data detected, by cause: marker, restart, eviction, missing.",
+		}, []string{"cause"}),
+		writeBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "aguard_state_writeback_total",
+			Help: "Records and threads written back after a loss (result=written), or found newer in Redis (result=newer_in_redis).",
+		}, []string{"result"}),
+		deadlinesFired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_approvals_expired_total",
+			Help: "Approvals this replica timed out at their deadline.",
+		}),
+		runsLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_runs_lost_total",
+			Help: "Runs of dead replicas whose open calls this replica ended.",
+		}),
 	}
 	for _, r := range []string{writeRedis, writeQueued, writeDrained, writeMemory, writeConflict, writeInvalid} {
 		m.writes.WithLabelValues(r)
 	}
+	for _, c := range []lossCause{causeMarker, causeRestart, causeEviction, causeMissing} {
+		m.dataLost.WithLabelValues(string(c))
+	}
 	if reg == nil {
 		return m, nil
 	}
-	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses}
+	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses,
+		m.transitions, m.protectedEntries, m.protectedBytes, m.protectedMax, m.protectedOverflow, m.holdsRefused,
+		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost}
 	if err := promreg.All(reg, all...); err != nil {
 		return nil, fmt.Errorf("state: register metrics: %w", err)
 	}

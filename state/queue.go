@@ -14,9 +14,18 @@ type item struct {
 // key identifies what an item overwrites in Redis.
 func (it *item) key() string {
 	if it.call != nil {
-		return callKeyPrefix + it.call.ID
+		return callKey(RefOf(it.call))
 	}
-	return threadKeyPrefix + it.thread.ID
+	return threadKey(it.thread.ID)
+}
+
+// threadID is the thread the item belongs to: one write script call per
+// thread.
+func (it *item) threadID() string {
+	if it.call != nil {
+		return it.call.ThreadID
+	}
+	return it.thread.ID
 }
 
 // waiter lets PutCallsSync wait until each of its items has been written to

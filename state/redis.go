@@ -7,137 +7,464 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis key layout; see the package documentation.
-const (
-	callKeyPrefix        = "aguard:call:"        // HASH v (version), d (record JSON), s (status), t (thread id)
-	threadKeyPrefix      = "aguard:thread:"      // STRING, the Thread as JSON
-	threadCallsKeyPrefix = "aguard:threadcalls:" // ZSET of call ids, scored by last write (ms)
-	statusKeyPrefix      = "aguard:status:"      // ZSET of call ids, scored by last write (ms)
-	invalidateChannel    = "aguard:invalidate:"  // + database number; payload "<origin> <version> <call id>"
-)
-
-// writeScript writes a batch of call records and threads atomically, in one
-// round trip, and keeps the indexes in step with the records.
+// writeScriptSrc writes one thread's records and thread atomically, in one
+// round trip. Its KEYS are that thread's keys only (one hash slot): the
+// thread, its calls index, then the n call keys. The global indexes it
+// maintains afterwards (status, id → threads, deadlines) are named in ARGV,
+// in a separate part of the script that reads only what the thread part
+// computed; a Redis Cluster mode can move that part to a call of its own.
 //
-// KEYS: the n call keys, then the m thread keys.
-// ARGV: ttl ms, invalidation channel, origin, n, m; then per call: id,
-// expected version ("" = unconditional), status, thread id, record JSON;
-// then per thread: thread JSON.
+// ARGV: mode ("w" write, "r" restore), invalidation channel, origin, n,
+// thread id, thread member (JSON string), thread JSON ("" = none), thread
+// ttl ms, thread version (restore mode), status key prefix, ids key prefix,
+// deadlines key; then per call: id, member, expected version ("" =
+// unconditional; restore mode: the version to restore), status, ttl ms,
+// approval deadline ms ("" = none), record JSON.
 //
-// If any call's expected version differs from its stored one ("v", 0 when
-// absent), nothing is written and the reply is {-1, index, stored version}.
-// Otherwise each call's version is incremented, its record, status and
-// thread are stored, it moves between the status and thread indexes, every
-// touched key's expiry is reset to ttl, index members older than ttl are
-// trimmed, an invalidation is published, and the reply is the new versions.
+// Mode "w": if any call's expected version differs from its stored one (0
+// when absent), nothing is written and the reply is {-1, index, stored
+// version}. Otherwise each record gets a version greater than its stored one
+// and than the time in ms (so that a version written after a data loss is
+// newer than any written before it), its restored flag is cleared, and the
+// reply is the new versions, then the thread's.
+//
+// Mode "r" (the write-back after a data loss): a record or thread is written
+// with the given version, flagged restored, only when Redis has no newer
+// one; skipped ones reply -2.
+//
+// Both modes set each record's expiry to its ttl, extend (never shorten) the
+// thread's keys to the longest ttl written, index the records (each index
+// touched once per call, whatever the number of records), and publish one
+// invalidation message listing what was written.
 const writeScriptSrc = `
-local ttl = tonumber(ARGV[1])
-local n, m = tonumber(ARGV[4]), tonumber(ARGV[5])
-for i = 1, n do
-  local exp = ARGV[5 + (i-1)*5 + 2]
-  if exp ~= '' then
-    local cur = redis.call('HGET', KEYS[i], 'v')
-    cur = cur and tonumber(cur) or 0
-    if cur ~= tonumber(exp) then return {-1, i, cur} end
-  end
-end
+local mode, channel, origin = ARGV[1], ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
+local tid, tmember, tdata, tttl, tver = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+local statusPrefix, idsPrefix, deadlines = ARGV[10], ARGV[11], ARGV[12]
+local B, S = 12, 7
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local cutoff = '(' .. string.format('%d', now - ttl)
-local function index(key, id)
-  redis.call('ZADD', key, now, id)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', cutoff)
-  redis.call('PEXPIRE', key, ttl)
+local function fmt(x) return string.format('%d', x) end
+local function version(cur)
+  cur = tonumber(cur) or 0
+  if cur + 1 > now then return cur + 1 end
+  return now
 end
-local res = {}
+local function extend(key, ttl)
+  local cur = redis.call('PTTL', key)
+  if cur ~= -2 and cur < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+local function many(cmd, key, args, k)
+  for i = 1, k, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, k)))
+  end
+end
+if mode == 'w' then
+  for i = 1, n do
+    local exp = ARGV[B + (i-1)*S + 3]
+    if exp ~= '' then
+      local cur = redis.call('HGET', KEYS[2+i], 'v')
+      cur = cur and tonumber(cur) or 0
+      if cur ~= tonumber(exp) then return {-1, i, cur} end
+    end
+  end
+end
+
+-- The thread's part: its own keys only.
+local res, moved, nmoved, maxttl = {}, {}, 0, 0
+local zcalls, nz = {}, 0
 for i = 1, n do
-  local o = 5 + (i-1)*5
-  local id, st, tid = ARGV[o+1], ARGV[o+3], ARGV[o+4]
-  local old = redis.call('HMGET', KEYS[i], 's', 't')
-  local v = redis.call('HINCRBY', KEYS[i], 'v', 1)
-  redis.call('HSET', KEYS[i], 'd', ARGV[o+5], 's', st, 't', tid)
-  redis.call('PEXPIRE', KEYS[i], ttl)
-  if old[1] and old[1] ~= st then redis.call('ZREM', '` + statusKeyPrefix + `' .. old[1], id) end
-  if old[2] and old[2] ~= tid and old[2] ~= '' then redis.call('ZREM', '` + threadCallsKeyPrefix + `' .. old[2], id) end
-  index('` + statusKeyPrefix + `' .. st, id)
-  if tid ~= '' then index('` + threadCallsKeyPrefix + `' .. tid, id) end
-  redis.call('PUBLISH', ARGV[2], ARGV[3] .. ' ' .. v .. ' ' .. id)
-  res[i] = v
+  local o = B + (i-1)*S
+  local id, exp, st, ttl, data = ARGV[o+1], ARGV[o+3], ARGV[o+4], tonumber(ARGV[o+5]), ARGV[o+7]
+  local key = KEYS[2+i]
+  local old = redis.call('HMGET', key, 'v', 's', 'r')
+  local v = nil
+  if mode == 'r' then
+    if old[1] and tonumber(old[1]) >= tonumber(exp) then
+      res[i] = -2
+    else
+      v = tonumber(exp)
+      redis.call('HSET', key, 'v', fmt(v), 'd', data, 's', st, 'r', '1')
+    end
+  else
+    v = version(old[1])
+    redis.call('HSET', key, 'v', fmt(v), 'd', data, 's', st)
+    if old[3] then redis.call('HDEL', key, 'r') end
+  end
+  if v then
+    redis.call('PEXPIRE', key, ttl)
+    zcalls[nz+1], zcalls[nz+2], nz = now + ttl, id, nz + 2
+    if ttl > maxttl then maxttl = ttl end
+    res[i] = v
+    nmoved = nmoved + 1
+    moved[nmoved] = {o, old[2], v}
+  end
 end
-for j = 1, m do
-  redis.call('SET', KEYS[n+j], ARGV[5 + n*5 + j], 'PX', ttl)
+local tv = 0
+if tdata ~= '' then
+  local old = redis.call('HGET', KEYS[1], 'v')
+  if mode == 'r' and old and tonumber(old) >= tonumber(tver) then
+    tv = -2
+  else
+    if mode == 'r' then tv = tonumber(tver) else tv = version(old) end
+    redis.call('HSET', KEYS[1], 'v', fmt(tv), 'd', tdata)
+    extend(KEYS[1], tttl)
+  end
 end
+if nz > 0 then
+  many('ZADD', KEYS[2], zcalls, nz)
+  extend(KEYS[1], maxttl)
+  extend(KEYS[2], maxttl)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(now))
+end
+res[n+1] = tv
+
+-- The global indexes: members are the records' JSON refs.
+local adds, rems, held, unheld, nh, nu = {}, {}, {}, {}, 0, 0
+local lines, nl = {}, 0
+if tv > 0 then nl = 1; lines[1] = fmt(tv) .. ' ' .. tmember end
+for j = 1, nmoved do
+  local o, olds, v = moved[j][1], moved[j][2], moved[j][3]
+  local id, mem, st, ttl, dl = ARGV[o+1], ARGV[o+2], ARGV[o+4], tonumber(ARGV[o+5]), ARGV[o+6]
+  local expiry = now + ttl
+  if olds and olds ~= st then
+    local r = rems[olds] or {n = 0}
+    r.n = r.n + 1; r[r.n] = mem; rems[olds] = r
+  end
+  local a = adds[st] or {n = 0, max = 0}
+  a[a.n+1], a[a.n+2], a.n = expiry, mem, a.n + 2
+  if ttl > a.max then a.max = ttl end
+  adds[st] = a
+  local ik = idsPrefix .. id
+  redis.call('ZADD', ik, expiry, tid)
+  extend(ik, ttl)
+  if st == '` + string(StatusRequiresConfirmation) + `' and dl ~= '' then
+    held[nh+1], held[nh+2], nh = tonumber(dl), mem, nh + 2
+  else
+    nu = nu + 1; unheld[nu] = mem
+  end
+  nl = nl + 1; lines[nl] = fmt(v) .. ' ' .. mem
+end
+for st, r in pairs(rems) do many('ZREM', statusPrefix .. st, r, r.n) end
+for st, a in pairs(adds) do
+  local sk = statusPrefix .. st
+  many('ZADD', sk, a, a.n)
+  redis.call('ZREMRANGEBYSCORE', sk, '-inf', '(' .. fmt(now))
+  extend(sk, a.max)
+end
+if nh > 0 then many('ZADD', deadlines, held, nh) end
+if nu > 0 then many('ZREM', deadlines, unheld, nu) end
+if nl > 0 then redis.call('PUBLISH', channel, origin .. '\n' .. table.concat(lines, '\n')) end
 return res
 `
+
+// heartbeatScriptSrc renews this replica's marker (KEYS[1]), its liveness
+// score (KEYS[2], the replicas index, scored by Redis's clock) and its runs
+// registry's expiry (KEYS[3]). It replies 1 when the marker was there, 0
+// when it had vanished (and sets it again). The marker lives as long as
+// records do, so only a loss removes it early.
+//
+// ARGV: replica id, marker ttl ms, registry ttl ms.
+const heartbeatScriptSrc = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local had = redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if had == 0 then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
+redis.call('ZADD', KEYS[2], string.format('%d', now), ARGV[1])
+if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+return had
+`
+
+// claimScriptSrc claims the runs of replicas that stopped beating: each
+// replica in the replicas index (KEYS[1]) silent for longer than the
+// liveness is removed from it, and its runs registry moved into this
+// replica's (KEYS[2]), each run marked "lost <dead replica>". Exactly one
+// claimer gets a dead replica's runs. It replies {replica, run member, …}.
+//
+// ARGV: this replica's id, liveness ms, runs key prefix, registry ttl ms.
+const claimScriptSrc = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local dead = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', now - tonumber(ARGV[2])), 'LIMIT', 0, 16)
+local out = {}
+for _, d in ipairs(dead) do
+  if d ~= ARGV[1] then
+    redis.call('ZREM', KEYS[1], d)
+    local rk = ARGV[3] .. d
+    local runs = redis.call('HGETALL', rk)
+    for i = 1, #runs, 2 do
+      local was = runs[i+1]
+      if string.sub(was, 1, 5) ~= 'lost ' then was = 'lost ' .. d end
+      redis.call('HSET', KEYS[2], runs[i], was)
+      out[#out+1] = string.sub(was, 6)
+      out[#out+1] = runs[i]
+    end
+    redis.call('DEL', rk)
+  end
+end
+if #out > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+return out
+`
+
+// scripts are the Lua scripts a Store runs.
+type scripts struct {
+	write, heartbeat, claim *redis.Script
+}
+
+func newScripts() *scripts {
+	return &scripts{
+		write:     redis.NewScript(writeScriptSrc),
+		heartbeat: redis.NewScript(heartbeatScriptSrc),
+		claim:     redis.NewScript(claimScriptSrc),
+	}
+}
 
 // errCorrupt marks data in Redis that cannot be decoded; it is not an outage.
 var errCorrupt = errors.New("corrupt data in redis")
 
-// errConflict reports a failed compare-and-set; UpdateCall retries on it.
+// errConflict reports a failed compare-and-set; callers retry on it.
 var errConflict = errors.New("version conflict")
 
-// callWrite is one record for writeRedis, already normalized.
+// callWrite is one record for a write, already normalized.
 type callWrite struct {
-	call     *ToolCall
-	expected int64 // stored version required, or -1 for an unconditional write
+	call *ToolCall
+	// expected is the stored version required (0: absent), or -1 for an
+	// unconditional write; in a restore, the version to write.
+	expected int64
 }
 
-// writeRedis writes calls and threads in one atomic script call and returns
-// the new version of each call. It returns errConflict (wrapped) when an
-// expected version did not match.
+// threadWrite is what one write script call writes: records of one thread,
+// and maybe the thread itself.
+type threadWrite struct {
+	thread string
+	calls  []callWrite
+	t      *Thread // nil: the thread is not written
+	tver   int64   // restore mode: the thread's version
+}
+
+// writeResult is a threadWrite's outcome: the new version of each call
+// (-2: a restore found newer data), and of the thread (0: not written).
+type writeResult struct {
+	vers     []int64
+	tver     int64
+	conflict error // wraps errConflict: nothing of this threadWrite was written
+}
+
+// groupWrites groups records and threads by thread, in first-seen order.
+func groupWrites(calls []callWrite, threads []*Thread) []*threadWrite {
+	var out []*threadWrite
+	by := map[string]*threadWrite{}
+	get := func(id string) *threadWrite {
+		w := by[id]
+		if w == nil {
+			w = &threadWrite{thread: id}
+			by[id] = w
+			out = append(out, w)
+		}
+		return w
+	}
+	for _, c := range calls {
+		w := get(c.call.ThreadID)
+		w.calls = append(w.calls, c)
+	}
+	for _, t := range threads {
+		get(t.ID).t = t
+	}
+	return out
+}
+
+// writeRedis writes calls and threads, one atomic script call per thread,
+// all in one pipeline (one round trip), and returns the new version of each
+// call in order. It returns errConflict (wrapped) when an expected version
+// did not match; the other threads' writes are applied regardless.
 func (s *Store) writeRedis(ctx context.Context, calls []callWrite, threads []*Thread) ([]int64, error) {
-	keys := make([]string, 0, len(calls)+len(threads))
-	args := make([]any, 0, 5+5*len(calls)+len(threads))
-	args = append(args, s.opt.TTL.Milliseconds(), s.channel, s.origin, len(calls), len(threads))
-	for _, w := range calls {
+	groups := groupWrites(calls, threads)
+	res, err := s.runWrites(ctx, "w", groups)
+	if err != nil {
+		return nil, err
+	}
+	vers := map[*ToolCall]int64{}
+	var conflict error
+	for i, g := range groups {
+		if res[i].conflict != nil {
+			conflict = res[i].conflict
+			continue
+		}
+		for j, c := range g.calls {
+			vers[c.call] = res[i].vers[j]
+		}
+	}
+	if conflict != nil {
+		return nil, conflict
+	}
+	out := make([]int64, len(calls))
+	for i, c := range calls {
+		out[i] = vers[c.call]
+	}
+	return out, nil
+}
+
+// runWrites runs one write script call per group in one pipeline.
+func (s *Store) runWrites(ctx context.Context, mode string, groups []*threadWrite) ([]writeResult, error) {
+	return s.runWritesOn(ctx, s.rdb, 0, mode, groups)
+}
+
+// runWritesOn is runWrites on client c, its round trip bounded by budget
+// (0: the client's I/O timeouts).
+func (s *Store) runWritesOn(ctx context.Context, c *redis.Client, budget time.Duration, mode string, groups []*threadWrite) ([]writeResult, error) {
+	if len(groups) == 0 {
+		return nil, nil
+	}
+	type prepared struct {
+		keys []string
+		args []any
+	}
+	preps := make([]prepared, len(groups))
+	for i, g := range groups {
+		keys, args, err := s.writeArgs(mode, g)
+		if err != nil {
+			return nil, err
+		}
+		preps[i] = prepared{keys, args}
+	}
+	ctx, cancel := within(ctx, budget)
+	defer cancel()
+	run := func(load bool) ([]*redis.Cmd, error) {
+		cmds := make([]*redis.Cmd, len(groups))
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, pr := range preps {
+				if load {
+					cmds[i] = s.scripts.write.Eval(ctx, p, pr.keys, pr.args...)
+				} else {
+					cmds[i] = s.scripts.write.EvalSha(ctx, p, pr.keys, pr.args...)
+				}
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run(false)
+	if err != nil && isNoScript(err) {
+		cmds, err = run(true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]writeResult, len(groups))
+	for i, cmd := range cmds {
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, err
+		}
+		g := groups[i]
+		if len(res) == 3 && res[0] == -1 {
+			out[i].conflict = fmt.Errorf("%w: %s is at version %d", errConflict, RefOf(g.calls[res[1]-1].call), res[2])
+			continue
+		}
+		if len(res) != len(g.calls)+1 {
+			return nil, fmt.Errorf("write script answered %d versions for %d calls", len(res), len(g.calls))
+		}
+		out[i] = writeResult{vers: res[:len(g.calls)], tver: res[len(g.calls)]}
+	}
+	return out, nil
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// writeArgs builds the KEYS and ARGV of one write script call.
+func (s *Store) writeArgs(mode string, g *threadWrite) ([]string, []any, error) {
+	keys := make([]string, 0, 2+len(g.calls))
+	keys = append(keys, threadKey(g.thread), threadCallsKey(g.thread))
+	tmember, _ := json.Marshal(g.thread)
+	tdata, tttl := "", int64(0)
+	if g.t != nil {
+		b, err := json.Marshal(g.t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("encode thread %q: %w", g.t.ID, err)
+		}
+		tdata = string(b)
+		with := make([]*ToolCall, len(g.calls))
+		for i, c := range g.calls {
+			with[i] = c.call
+		}
+		tttl = s.threadTTL(g.t, with).Milliseconds()
+	}
+	args := make([]any, 0, 12+7*len(g.calls))
+	args = append(args, mode, s.channel, s.origin, len(g.calls), g.thread, string(tmember), tdata, tttl,
+		g.tver, statusKeyPrefix, idThreadsKeyPrefix, deadlinesKey)
+	for _, w := range g.calls {
 		data, err := json.Marshal(w.call)
 		if err != nil {
-			return nil, fmt.Errorf("encode tool call %q: %w", w.call.ID, err)
+			return nil, nil, fmt.Errorf("encode %s: %w", RefOf(w.call), err)
 		}
 		exp := ""
 		if w.expected >= 0 {
 			exp = strconv.FormatInt(w.expected, 10)
 		}
-		keys = append(keys, callKeyPrefix+w.call.ID)
-		args = append(args, w.call.ID, exp, string(w.call.Status), w.call.ThreadID, data)
-	}
-	for _, t := range threads {
-		data, err := json.Marshal(t)
-		if err != nil {
-			return nil, fmt.Errorf("encode thread %q: %w", t.ID, err)
+		dl := ""
+		if w.call.Status == StatusRequiresConfirmation && w.call.RequiresApprovalAt != nil {
+			dl = strconv.FormatInt(w.call.RequiresApprovalAt.UnixMilli(), 10)
 		}
-		keys = append(keys, threadKeyPrefix+t.ID)
-		args = append(args, data)
+		r := RefOf(w.call)
+		keys = append(keys, callKey(r))
+		args = append(args, w.call.ID, member(r), exp, string(w.call.Status), s.ttlOf(w.call).Milliseconds(), dl, data)
 	}
-	res, err := s.script.Run(ctx, s.rdb, keys, args...).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	if len(res) == 3 && res[0] == -1 {
-		return nil, fmt.Errorf("%w: tool call %q is at version %d", errConflict, calls[res[1]-1].call.ID, res[2])
-	}
-	if len(res) != len(calls) {
-		return nil, fmt.Errorf("write script answered %d versions for %d calls", len(res), len(calls))
-	}
-	return res, nil
+	return keys, args, nil
 }
 
-// readCall reads a record and its version from Redis; (nil, 0, nil) when
-// there is none.
-func (s *Store) readCall(ctx context.Context, id string) (*ToolCall, int64, error) {
-	vals, err := s.rdb.HMGet(ctx, callKeyPrefix+id, "v", "d").Result()
+// storedCall is a record as read from Redis.
+type storedCall struct {
+	call     *ToolCall // nil: absent
+	ver      int64
+	restored bool // a write-back restored it, and nothing was written since
+}
+
+// readCall reads a record from Redis; call is nil when there is none.
+func (s *Store) readCall(ctx context.Context, r Ref) (storedCall, error) {
+	vals, err := s.rdb.HMGet(ctx, callKey(r), "v", "d", "r").Result()
+	if err != nil {
+		return storedCall{}, err
+	}
+	return decodeCall(r, vals)
+}
+
+// decodeCall decodes an HMGET v d r reply.
+func decodeCall(r Ref, vals []any) (storedCall, error) {
+	if len(vals) != 3 || vals[1] == nil {
+		return storedCall{}, nil
+	}
+	vs, _ := vals[0].(string)
+	data, _ := vals[1].(string)
+	ver, err := strconv.ParseInt(vs, 10, 64)
+	if err != nil {
+		return storedCall{}, fmt.Errorf("%w: %s has the malformed version %q", errCorrupt, r, vs)
+	}
+	c := new(ToolCall)
+	if err := json.Unmarshal([]byte(data), c); err != nil {
+		return storedCall{}, fmt.Errorf("%w: decode %s: %w", errCorrupt, r, err)
+	}
+	if RefOf(c) != r {
+		return storedCall{}, fmt.Errorf("%w: the record under %s names %s", errCorrupt, r, RefOf(c))
+	}
+	return storedCall{call: c, ver: ver, restored: vals[2] != nil}, nil
+}
+
+// readThread reads a thread from Redis; nil when there is none.
+func (s *Store) readThread(ctx context.Context, id string) (*Thread, int64, error) {
+	vals, err := s.rdb.HMGet(ctx, threadKey(id), "v", "d").Result()
 	if err != nil {
 		return nil, 0, err
 	}
-	return decodeCall(id, vals)
+	return decodeThread(id, vals)
 }
 
-// decodeCall decodes an HMGET v d reply.
-func decodeCall(id string, vals []any) (*ToolCall, int64, error) {
+// decodeThread decodes an HMGET v d reply of a thread.
+func decodeThread(id string, vals []any) (*Thread, int64, error) {
 	if len(vals) != 2 || vals[1] == nil {
 		return nil, 0, nil
 	}
@@ -145,84 +472,130 @@ func decodeCall(id string, vals []any) (*ToolCall, int64, error) {
 	data, _ := vals[1].(string)
 	ver, err := strconv.ParseInt(vs, 10, 64)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: tool call %q has the malformed version %q", errCorrupt, id, vs)
-	}
-	c := new(ToolCall)
-	if err := json.Unmarshal([]byte(data), c); err != nil {
-		return nil, 0, fmt.Errorf("%w: decode tool call %q: %w", errCorrupt, id, err)
-	}
-	return c, ver, nil
-}
-
-// readThread reads a thread from Redis; nil when there is none.
-func (s *Store) readThread(ctx context.Context, id string) (*Thread, error) {
-	data, err := s.rdb.Get(ctx, threadKeyPrefix+id).Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
+		return nil, 0, fmt.Errorf("%w: thread %q has the malformed version %q", errCorrupt, id, vs)
 	}
 	t := new(Thread)
-	if err := json.Unmarshal(data, t); err != nil {
-		return nil, fmt.Errorf("%w: decode thread %q: %w", errCorrupt, id, err)
+	if err := json.Unmarshal([]byte(data), t); err != nil {
+		return nil, 0, fmt.Errorf("%w: decode thread %q: %w", errCorrupt, id, err)
 	}
-	return t, nil
+	return t, ver, nil
 }
 
-// listRedis returns the records indexed under f, filtered by f.
-func (s *Store) listRedis(ctx context.Context, f Filter) ([]*ToolCall, error) {
-	var sets []string
-	switch {
-	case f.ThreadID != "":
-		sets = []string{threadCallsKeyPrefix + f.ThreadID}
-	case f.Status != "":
-		sets = []string{statusKeyPrefix + string(f.Status)}
-	default:
-		for _, st := range statusByNumber[1:] {
-			sets = append(sets, statusKeyPrefix+string(st))
-		}
-	}
-	var ids []string
-	for _, set := range sets {
-		members, err := s.rdb.ZRange(ctx, set, 0, -1).Result()
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, members...)
-	}
-	out := make([]*ToolCall, 0, len(ids))
-	const chunk = 512
-	for len(ids) > 0 {
-		part := ids[:min(chunk, len(ids))]
-		ids = ids[len(part):]
+// readCalls reads records in pipelines of chunk commands.
+func (s *Store) readCalls(ctx context.Context, refs []Ref) ([]storedCall, error) {
+	return s.readCallsOn(ctx, s.rdb, 0, refs, 512)
+}
+
+// readCallsOn reads records on client c, chunk per pipeline, each round
+// trip bounded by budget (0: the client's I/O timeouts).
+func (s *Store) readCallsOn(ctx context.Context, c *redis.Client, budget time.Duration, refs []Ref, chunk int) ([]storedCall, error) {
+	out := make([]storedCall, 0, len(refs))
+	for len(refs) > 0 {
+		part := refs[:min(chunk, len(refs))]
+		refs = refs[len(part):]
 		cmds := make([]*redis.SliceCmd, len(part))
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, id := range part {
-				cmds[i] = p.HMGet(ctx, callKeyPrefix+id, "v", "d")
+		pctx, cancel := within(ctx, budget)
+		_, err := c.Pipelined(pctx, func(p redis.Pipeliner) error {
+			for i, r := range part {
+				cmds[i] = p.HMGet(pctx, callKey(r), "v", "d", "r")
 			}
 			return nil
 		})
+		cancel()
 		if err != nil {
 			return nil, err
 		}
 		for i, cmd := range cmds {
-			c, _, err := decodeCall(part[i], cmd.Val())
+			sc, err := decodeCall(part[i], cmd.Val())
 			if err != nil {
 				return nil, err
 			}
-			if c != nil && f.match(c) { // nil: expired since it was indexed
-				out = append(out, c)
-			}
+			out = append(out, sc)
 		}
 	}
 	return out, nil
 }
 
-// parseInvalidation splits a "<origin> <version> <call id>" payload.
-func parseInvalidation(payload string) (origin string, ver int64, id string, ok bool) {
-	origin, rest, ok1 := strings.Cut(payload, " ")
-	vs, id, ok2 := strings.Cut(rest, " ")
-	ver, err := strconv.ParseInt(vs, 10, 64)
-	return origin, ver, id, ok1 && ok2 && err == nil
+// listRedis returns the records indexed under f, filtered by f.
+func (s *Store) listRedis(ctx context.Context, f Filter) ([]*ToolCall, error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	var refs []Ref
+	if f.ThreadID != "" {
+		ids, err := s.rdb.ZRangeByScore(ctx, threadCallsKey(f.ThreadID), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			refs = append(refs, Ref{f.ThreadID, id})
+		}
+	} else {
+		var sets []string
+		if f.Status != "" {
+			sets = []string{statusKeyPrefix + string(f.Status)}
+		} else {
+			for _, st := range statusByNumber[1:] {
+				sets = append(sets, statusKeyPrefix+string(st))
+			}
+		}
+		for _, set := range sets {
+			members, err := s.rdb.ZRangeByScore(ctx, set, &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range members {
+				r, err := parseMember(m)
+				if err != nil {
+					return nil, err
+				}
+				refs = append(refs, r)
+			}
+		}
+	}
+	stored, err := s.readCalls(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ToolCall, 0, len(stored))
+	for _, sc := range stored {
+		if sc.call != nil && f.match(sc.call) { // nil: expired since it was indexed
+			out = append(out, sc.call)
+		}
+	}
+	return out, nil
+}
+
+// invalidation is one entry of an invalidation message: a record (ref) or a
+// thread written at version ver.
+type invalidation struct {
+	ver    int64
+	ref    Ref
+	thread string
+}
+
+// parseInvalidations splits a message of the write script: the writer's
+// origin on the first line, then "<version> <member>" per line, the member
+// a record's JSON ref or a thread's id as a JSON string. A message from self
+// yields no entries.
+func parseInvalidations(payload, self string) (origin string, out []invalidation) {
+	origin, rest, ok := strings.Cut(payload, "\n")
+	if !ok || origin == self {
+		return origin, nil
+	}
+	for line := range strings.SplitSeq(rest, "\n") {
+		vs, m, ok := strings.Cut(line, " ")
+		ver, err := strconv.ParseInt(vs, 10, 64)
+		if !ok || err != nil || m == "" {
+			continue
+		}
+		inv := invalidation{ver: ver}
+		if m[0] == '"' {
+			if json.Unmarshal([]byte(m), &inv.thread) != nil || inv.thread == "" {
+				continue
+			}
+		} else if inv.ref, err = parseMember(m); err != nil {
+			continue
+		}
+		out = append(out, inv)
+	}
+	return origin, out
 }

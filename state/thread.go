@@ -8,13 +8,17 @@ import (
 
 // Thread is what aguard must remember about a thread between runs, so that
 // whichever replica serves the thread's next run can hold the consumer to
-// the last run's outcome (the 409s of design §3).
+// the last run's outcome (the request-side 409s of the README).
 type Thread struct {
 	// ID is the AG-UI threadId.
 	ID string `json:"id"`
 	// PendingCalls are the ids of the frontend calls the last run left
 	// pending, in start order.
 	PendingCalls []string `json:"pendingCalls,omitempty"`
+	// Approvals are those of PendingCalls that were held for approval when
+	// the run finished. An answer to one of them whose record cannot be
+	// found is declined: the approval is lost, not granted.
+	Approvals []string `json:"approvals,omitempty"`
 	// LastRunID is the runId of the thread's last run.
 	LastRunID string `json:"lastRunId,omitempty"`
 	// Interrupts are the open interrupts of the last run, if it ended
@@ -38,6 +42,7 @@ type Interrupt struct {
 func (t *Thread) clone() *Thread {
 	n := *t
 	n.PendingCalls = slices.Clone(t.PendingCalls)
+	n.Approvals = slices.Clone(t.Approvals)
 	n.Interrupts = slices.Clone(t.Interrupts)
 	return &n
 }
@@ -49,4 +54,25 @@ func (t *Thread) normalize(now time.Time) error {
 	}
 	t.UpdatedAt = now.UTC()
 	return nil
+}
+
+// protects reports whether t holds the consumer to something: pending calls,
+// approvals or open interrupts. Such a thread is never evicted from memory.
+func (t *Thread) protects() bool {
+	return len(t.PendingCalls) > 0 || len(t.Approvals) > 0 || len(t.Interrupts) > 0
+}
+
+// size estimates the bytes t holds in memory.
+func (t *Thread) size() int64 {
+	n := int64(256 + len(t.ID) + len(t.LastRunID))
+	for _, id := range t.PendingCalls {
+		n += int64(16 + len(id))
+	}
+	for _, id := range t.Approvals {
+		n += int64(16 + len(id))
+	}
+	for _, it := range t.Interrupts {
+		n += int64(32 + len(it.ID) + len(it.ExpiresAt))
+	}
+	return n
 }

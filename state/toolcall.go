@@ -12,15 +12,16 @@ import (
 	"time"
 )
 
-// ToolCall is one entry of the audit ledger: seed 003's ToolCall record
+// ToolCall is one entry of the audit ledger: the ToolCall record of the
+// AG-UI ecosystem's audit model (see the README's ledger section)
 // (camelCase JSON, as the admin API serves it), plus the fields aguard needs
 // to enforce its rules, marked below as aguard additions.
 //
 // The Store keeps its own normalized copy of what it is given (see PutCall)
 // and hands out copies, so a ToolCall never aliases the Store's memory.
 type ToolCall struct {
-	// ID is the provider-supplied call id. aguard assumes call ids are unique
-	// across threads; a second call with the same id overwrites the first.
+	// ID is the provider-supplied call id. It is unique within its thread
+	// only: a record is identified by (ThreadID, ID), its Ref.
 	ID string `json:"id"`
 	// Name is the name of the tool being invoked.
 	Name string `json:"name,omitempty"`
@@ -57,12 +58,15 @@ type ToolCall struct {
 	// EndReason says in a short phrase why the call ended. It is set only
 	// once the status is terminal, and is empty on a clean COMPLETED.
 	EndReason string `json:"endReason,omitempty"`
+	// Cause is EndReason as a value to compare (aguard addition, JSON
+	// endCause): set with it by the lifecycle's transitions.
+	Cause EndCause `json:"endCause,omitempty"`
 	// ClientToolDeadlineAt is the deadline for the application's answer to a
 	// frontend call, stamped when the call is dispatched.
 	ClientToolDeadlineAt *time.Time `json:"clientToolDeadlineAt,omitempty"`
 
 	// ThreadID is the thread of the run that emitted the call (aguard
-	// addition).
+	// addition). With ID it identifies the record.
 	ThreadID string `json:"threadId"`
 	// RunID is the run that emitted the call (aguard addition).
 	RunID string `json:"runId"`
@@ -107,6 +111,7 @@ type webhookToolCall struct {
 	ApprovedBy           string          `json:"approved_by,omitempty"`
 	ExecutionDuration    string          `json:"execution_duration,omitempty"`
 	EndReason            string          `json:"end_reason,omitempty"`
+	Cause                EndCause        `json:"end_cause,omitempty"`
 	ClientToolDeadlineAt *time.Time      `json:"client_tool_deadline_at,omitempty"`
 	ThreadID             string          `json:"thread_id"`
 	RunID                string          `json:"run_id"`
@@ -120,7 +125,7 @@ type webhookToolCall struct {
 
 // WebhookJSON encodes c in seed 003's webhook profile: snake_case field
 // names (arguments_json, result_json, executed_at, is_client_tool, …),
-// aguard's additions as thread_id, run_id, arguments_text,
+// aguard's additions as end_cause, thread_id, run_id, arguments_text,
 // arguments_digest, approved, decision_id, created_at and updated_at.
 func (c *ToolCall) WebhookJSON() ([]byte, error) {
 	w := webhookToolCall(*c)
@@ -131,20 +136,21 @@ func (c *ToolCall) WebhookJSON() ([]byte, error) {
 	return b, nil
 }
 
-// End records the end of the call at now: it sets Status, EndReason
-// (cleared for COMPLETED, which ends cleanly) and ExecutionDuration, the
-// time since CreatedAt (never negative). status is meant to be terminal;
-// given a non-terminal status, End sets it and clears EndReason and
-// ExecutionDuration, since both exist only once a call has ended.
-func (c *ToolCall) End(status Status, reason string, now time.Time) {
+// end records the end of the call at now, for the lifecycle's transitions:
+// it sets Status, Cause and EndReason (both cleared for COMPLETED, which
+// ends cleanly) and ExecutionDuration, the time since CreatedAt (never
+// negative). status is meant to be terminal; given a non-terminal status,
+// end sets it and clears the end fields, since they exist only once a call
+// has ended.
+func (c *ToolCall) end(status Status, cause EndCause, reason string, now time.Time) {
 	c.Status = status
 	if !status.Terminal() {
-		c.EndReason, c.ExecutionDuration = "", ""
+		c.EndReason, c.Cause, c.ExecutionDuration = "", "", ""
 		return
 	}
-	c.EndReason = reason
+	c.EndReason, c.Cause = reason, cause
 	if status == StatusCompleted {
-		c.EndReason = ""
+		c.EndReason, c.Cause = "", ""
 	}
 	c.ExecutionDuration = formatDuration(now.Sub(c.CreatedAt))
 }
@@ -251,9 +257,9 @@ func (c *ToolCall) normalize(now time.Time) error {
 		return fmt.Errorf("state: %w: tool call %q: parametersJsonSchema is not JSON", errInvalid, c.ID)
 	}
 	if !st.Terminal() {
-		c.EndReason, c.ExecutionDuration = "", ""
+		c.EndReason, c.Cause, c.ExecutionDuration = "", "", ""
 	} else if st == StatusCompleted {
-		c.EndReason = ""
+		c.EndReason, c.Cause = "", ""
 	}
 	if c.ExecutionDuration != "" && !durationPattern.MatchString(c.ExecutionDuration) {
 		return fmt.Errorf("state: %w: tool call %q: executionDuration %q does not match %s",
@@ -269,4 +275,32 @@ func (c *ToolCall) normalize(now time.Time) error {
 	c.CreatedAt = c.CreatedAt.UTC()
 	c.UpdatedAt = now.UTC()
 	return nil
+}
+
+// protects reports whether c holds the consumer to something aguard must not
+// forget: an approval awaiting a decision, or a call dispatched to the
+// application and not answered yet. Such a record is never evicted from
+// memory (see Options.CacheSize).
+func (c *ToolCall) protects() bool {
+	return !c.Status.Terminal() && (c.Status == StatusRequiresConfirmation || c.ClientToolDeadlineAt != nil)
+}
+
+// deadline is the latest deadline in force on c (requiresApprovalAt or
+// clientToolDeadlineAt); zero when none.
+func (c *ToolCall) deadline() time.Time {
+	var d time.Time
+	if c.RequiresApprovalAt != nil && c.RequiresApprovalAt.After(d) {
+		d = *c.RequiresApprovalAt
+	}
+	if c.ClientToolDeadlineAt != nil && c.ClientToolDeadlineAt.After(d) {
+		d = *c.ClientToolDeadlineAt
+	}
+	return d
+}
+
+// size estimates the bytes c holds in memory.
+func (c *ToolCall) size() int64 {
+	return int64(512 + len(c.ID) + len(c.Name) + len(c.ArgumentsJSON) + len(c.ResultJSON) + len(c.Description) +
+		len(c.ParametersJSONSchema) + len(c.ApprovedBy) + len(c.EndReason) + len(c.ThreadID) + len(c.RunID) +
+		len(c.ArgumentsText) + len(c.ArgumentsDigest) + len(c.DecisionID) + len(c.ServerID))
 }

@@ -25,8 +25,8 @@ func fullCall() *ToolCall {
 		Description: "Weather lookup", ParametersJSONSchema: json.RawMessage(`{"type":"object"}`),
 		RequiresApprovalAt: ptr(t0.Add(10 * time.Minute)), ApprovedAt: ptr(t0.Add(time.Minute)),
 		ApprovedBy: "alice@example.com", ExecutionDuration: "60.000s", EndReason: "approval rejected",
-		ClientToolDeadlineAt: ptr(t0.Add(24 * time.Hour)),
-		ThreadID:             "thread-1", RunID: "run-1", ArgumentsText: "[1,2]",
+		Cause: CauseApprovalRejected, ClientToolDeadlineAt: ptr(t0.Add(24 * time.Hour)),
+		ThreadID: "thread-1", RunID: "run-1", ArgumentsText: "[1,2]",
 		ArgumentsDigest: strings.Repeat("ab", 32), Approved: ptr(false), DecisionID: "dec-1",
 		CreatedAt: t0, UpdatedAt: t0.Add(time.Minute),
 	}
@@ -51,7 +51,7 @@ func TestToolCallJSONUsesSeedCamelCaseNames(t *testing.T) {
 		"isClientTool", "description", "parametersJsonSchema", "requiresApprovalAt",
 		"approvedAt", "approvedBy", "executionDuration", "endReason", "clientToolDeadlineAt",
 		// aguard additions
-		"threadId", "runId", "argumentsText", "argumentsDigest", "approved", "decisionId",
+		"endCause", "threadId", "runId", "argumentsText", "argumentsDigest", "approved", "decisionId",
 		"createdAt", "updatedAt",
 	}
 	if got := jsonKeys(t, b); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
@@ -105,7 +105,7 @@ func TestWebhookJSONUsesSeedSnakeCaseNames(t *testing.T) {
 		"id", "name", "arguments_json", "status", "result_json", "executed_at", "server_id",
 		"is_client_tool", "description", "parameters_json_schema", "requires_approval_at",
 		"approved_at", "approved_by", "execution_duration", "end_reason", "client_tool_deadline_at",
-		"thread_id", "run_id", "arguments_text", "arguments_digest", "approved", "decision_id",
+		"end_cause", "thread_id", "run_id", "arguments_text", "arguments_digest", "approved", "decision_id",
 		"created_at", "updated_at",
 	}
 	if got := jsonKeys(t, b); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
@@ -113,7 +113,7 @@ func TestWebhookJSONUsesSeedSnakeCaseNames(t *testing.T) {
 	}
 	for _, frag := range []string{
 		`"arguments_json":{"city":"Oslo"}`, `"status":"TOOL_EXECUTION_STATUS_CANCELLED"`,
-		`"is_client_tool":true`, `"end_reason":"approval rejected"`, `"execution_duration":"60.000s"`,
+		`"is_client_tool":true`, `"end_reason":"approval rejected"`, `"end_cause":"approval_rejected"`, `"execution_duration":"60.000s"`,
 		`"approved":false`, `"requires_approval_at":"2026-03-01T12:10:00Z"`,
 	} {
 		if !strings.Contains(string(b), frag) {
@@ -125,22 +125,24 @@ func TestWebhookJSONUsesSeedSnakeCaseNames(t *testing.T) {
 func TestEndSetsReasonOnlyWhenTerminalAndNotOnCompleted(t *testing.T) {
 	tests := []struct {
 		status       Status
+		cause        EndCause
 		reason       string
+		wantCause    EndCause
 		wantReason   string
 		wantDuration string
 	}{
-		{StatusCompleted, "leftover", "", "1.250s"},
-		{StatusFailed, "tool error: boom", "tool error: boom", "1.250s"},
-		{StatusCancelled, "approval rejected", "approval rejected", "1.250s"},
-		{StatusTimedOut, "approval timeout", "approval timeout", "1.250s"},
-		{StatusExecuting, "not yet", "", ""},
+		{StatusCompleted, CauseRunEnded, "leftover", "", "", "1.250s"},
+		{StatusFailed, CauseAnsweredWithError, "tool error: boom", CauseAnsweredWithError, "tool error: boom", "1.250s"},
+		{StatusCancelled, CauseApprovalRejected, "approval rejected", CauseApprovalRejected, "approval rejected", "1.250s"},
+		{StatusTimedOut, CauseApprovalTimeout, "approval timeout", CauseApprovalTimeout, "approval timeout", "1.250s"},
+		{StatusExecuting, CauseRunEnded, "not yet", "", "", ""},
 	}
 	for _, tt := range tests {
-		c := &ToolCall{ID: "c", Status: StatusPending, CreatedAt: t0, EndReason: "stale", ExecutionDuration: "9s"}
-		c.End(tt.status, tt.reason, t0.Add(1250*time.Millisecond))
-		if c.Status != tt.status || c.EndReason != tt.wantReason || c.ExecutionDuration != tt.wantDuration {
-			t.Errorf("End(%s, %q) = status %s, endReason %q, executionDuration %q; want %q, %q",
-				tt.status, tt.reason, c.Status, c.EndReason, c.ExecutionDuration, tt.wantReason, tt.wantDuration)
+		c := &ToolCall{ID: "c", Status: StatusPending, CreatedAt: t0, EndReason: "stale", Cause: CauseRunLost, ExecutionDuration: "9s"}
+		c.end(tt.status, tt.cause, tt.reason, t0.Add(1250*time.Millisecond))
+		if c.Status != tt.status || c.Cause != tt.wantCause || c.EndReason != tt.wantReason || c.ExecutionDuration != tt.wantDuration {
+			t.Errorf("end(%s, %s, %q) = status %s, cause %q, endReason %q, executionDuration %q; want %q, %q, %q",
+				tt.status, tt.cause, tt.reason, c.Status, c.Cause, c.EndReason, c.ExecutionDuration, tt.wantCause, tt.wantReason, tt.wantDuration)
 		}
 	}
 }

@@ -74,16 +74,21 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, err
 	}
-	// Redis being down at start is not fatal: the store starts degraded and
-	// catches up when Redis answers.
-	store, err := state.Open(ctx, state.Options{RedisURL: cfg.Redis, CacheSize: cfg.LedgerCache, Logger: log, Registerer: reg})
-	if err != nil {
-		return nil, fmt.Errorf("state: %w", err)
-	}
 	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, QueueBytes: cfg.WebhookQueueBytes, Logger: log, Registerer: reg})
 	if err != nil {
-		store.Close()
 		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	// Redis being down at start is not fatal: the store starts degraded and
+	// catches up when Redis answers. The calls the store ends by itself
+	// (approvals past their deadline, calls of runs lost with a replica)
+	// get their webhook like any other.
+	store, err := state.Open(ctx, state.Options{
+		RedisURL: cfg.Redis, CacheSize: cfg.LedgerCache, ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
+		OnEnd: func(c *state.ToolCall) { hooks.Notify(webhook.TypeToolCallCompleted, c) },
+	})
+	if err != nil {
+		hooks.Close(context.Background())
+		return nil, fmt.Errorf("state: %w", err)
 	}
 	routes := make([]proxy.Route, len(cfg.Routes))
 	for i, r := range cfg.Routes {

@@ -1,0 +1,372 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Loss detection. Redis may lose data without ever becoming unreachable:
+// FLUSHALL, a restart without persistence, a failover to a replica that
+// lagged, eviction under maxmemory. Reading an absent thread as "nothing
+// pending" would then let held and pending calls through. Each Store
+// therefore watches for a loss, by four signs:
+//
+//   - its marker key (aguard:replica:<id>), renewed every heartbeat, has
+//     vanished: checked by the heartbeat, and in the pipeline of every
+//     request's thread read (ReadThread), so a request never acts on a
+//     flushed Redis unawares (cause "marker");
+//   - Redis's run_id (INFO server) changed: a restart or a failover (cause
+//     "restart");
+//   - evicted_keys (INFO stats) grew (cause "eviction");
+//   - a record or thread this Store protects is absent (cause "missing").
+//
+// On a loss it logs "redis lost data" once, counts it in
+// aguard_state_redis_data_lost_total{cause}, reports degraded (Ready) for
+// at least 10 s and until its write-back is done, flags itself in
+// aguard:recovering meanwhile (so other replicas treat absent threads the
+// same way), and writes back everything it holds in memory — the protected
+// set first, then the LRU — as restores: a record or thread is written only
+// if Redis has no newer version (versions grow with time, so whatever
+// another replica wrote after the loss wins), and is flagged restored
+// until the next write. A held approval read back restored, or known only
+// from memory during the loss, is one whose decision may have been lost:
+// an answer to it is declined (ThreadView.Judge).
+
+type lossCause string
+
+const (
+	causeMarker   lossCause = "marker"
+	causeRestart  lossCause = "restart"
+	causeEviction lossCause = "eviction"
+	causeMissing  lossCause = "missing"
+)
+
+// lossState is what a Store knows of Redis's data losses. Guarded by mu.
+type lossState struct {
+	mu        sync.Mutex
+	marker    bool   // the marker was written since Open: its absence now means a loss
+	runID     string // Redis's run_id as last seen
+	evicted   int64  // evicted_keys as last seen; -1 unknown
+	detected  time.Time
+	cause     lossCause
+	pending   bool // a write-back is due
+	writing   bool // a write-back is running
+	written   int  // records and threads the last write-back wrote
+	skipped   int  // … and found newer in Redis
+	completed bool // the last write-back finished
+}
+
+// lost records a loss detected by cause. A loss detected while one is being
+// written back makes the write-back run again once it is done.
+func (s *Store) lost(cause lossCause) {
+	if s.rdb == nil {
+		return
+	}
+	l := &s.loss
+	l.mu.Lock()
+	fresh := !l.pending && !l.writing
+	l.pending = true
+	if fresh {
+		l.detected, l.cause, l.completed = time.Now(), cause, false
+	}
+	l.mu.Unlock()
+	if fresh {
+		s.met.dataLost.WithLabelValues(string(cause)).Inc()
+		s.log.Error("redis lost data", "cause", string(cause),
+			"protected", s.protectedCount(), "detail", "writing back what this replica holds; absent threads are not read as empty meanwhile")
+	}
+	s.wakeMonitor()
+}
+
+func (s *Store) protectedCount() int {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	return s.prot.count()
+}
+
+// inLossWindow reports whether a loss detected by this Store is recent
+// (Options.lossHold, 10 s) or not yet written back: absent threads and records are then
+// not read as "nothing there".
+func (s *Store) inLossWindow() bool {
+	l := &s.loss
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.detected.IsZero() && (l.pending || l.writing || time.Since(l.detected) < s.opt.lossHold)
+}
+
+// markerSet reports whether the marker has been written since Open.
+func (s *Store) markerSet() bool {
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	return s.loss.marker
+}
+
+// lossReason is Ready's reason while in the loss window, "" otherwise.
+func (s *Store) lossReason() string {
+	l := &s.loss
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.detected.IsZero() || !(l.pending || l.writing || time.Since(l.detected) < s.opt.lossHold) {
+		return ""
+	}
+	ago := time.Since(l.detected).Round(time.Second)
+	if l.completed && !l.pending {
+		return fmt.Sprintf("redis lost data (%s) %s ago; written back %d records and threads (%d newer in redis)",
+			l.cause, ago, l.written, l.skipped)
+	}
+	return fmt.Sprintf("redis lost data (%s) %s ago; writing back what this replica holds", l.cause, ago)
+}
+
+func (s *Store) wakeMonitor() {
+	select {
+	case s.check <- struct{}{}:
+	default:
+	}
+}
+
+// runMonitor is the goroutine that beats (marker, liveness, loss checks),
+// keeps the runs registry in Redis, and writes back after a loss.
+func (s *Store) runMonitor() {
+	defer s.wg.Done()
+	tick := time.NewTicker(s.opt.heartbeat)
+	defer tick.Stop()
+	for {
+		if s.up.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			s.beat(ctx)
+			cancel()
+		}
+		s.loss.mu.Lock()
+		due := s.loss.pending && !s.loss.writing
+		s.loss.mu.Unlock()
+		if due && s.up.Load() {
+			s.writeBack()
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		case <-s.check:
+		}
+	}
+}
+
+// beat renews the marker and the liveness score, compares run_id and
+// evicted_keys with what it saw last, and writes the runs registry if it
+// needs it. One round trip (two when the registry is rewritten).
+func (s *Store) beat(ctx context.Context) {
+	var hb *redis.Cmd
+	var info *redis.StringCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		hb = s.scripts.heartbeat.Eval(ctx, p, []string{markerKeyPrefix + s.origin, replicasKey, runsKeyPrefix + s.origin},
+			s.origin, s.opt.TTL.Milliseconds(), s.opt.TTL.Milliseconds())
+		info = p.Info(ctx, "server", "stats")
+		return nil
+	})
+	if err != nil {
+		if s.unreachable(ctx, err) {
+			s.setDown(err)
+		}
+		return
+	}
+	had, _ := hb.Int64()
+	runID, evicted := parseInfo(info.Val())
+	l := &s.loss
+	l.mu.Lock()
+	var causes []lossCause
+	if l.runID != "" && runID != "" && runID != l.runID {
+		causes = append(causes, causeRestart)
+	}
+	if l.evicted >= 0 && evicted > l.evicted {
+		causes = append(causes, causeEviction)
+	}
+	if had == 0 && l.marker {
+		causes = append(causes, causeMarker)
+	}
+	l.marker = true
+	if runID != "" {
+		l.runID = runID
+	}
+	if evicted >= 0 {
+		l.evicted = evicted
+	}
+	l.mu.Unlock()
+	for _, c := range causes {
+		s.lost(c)
+	}
+	if err := s.syncRuns(ctx); err != nil && s.unreachable(ctx, err) {
+		s.setDown(err)
+	}
+}
+
+// parseInfo reads run_id and evicted_keys from an INFO reply (-1 when
+// absent).
+func parseInfo(info string) (runID string, evicted int64) {
+	evicted = -1
+	for line := range strings.Lines(info) {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
+			runID = v
+		} else if v, ok := strings.CutPrefix(line, "evicted_keys:"); ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				evicted = n
+			}
+		}
+	}
+	return runID, evicted
+}
+
+// writeBackGroup bounds the records of one restore script call, and
+// writeBackPipeline the calls per round trip.
+const (
+	writeBackGroup    = 64
+	writeBackPipeline = 16
+)
+
+// writeBack restores what this Store holds in memory, the protected set
+// first, then the LRU; see the comment at the top of this file. Queued
+// writes are not restored: the queue writes them (it holds newer data).
+func (s *Store) writeBack() {
+	l := &s.loss
+	l.mu.Lock()
+	l.pending, l.writing = false, true
+	l.mu.Unlock()
+	written, skipped, err := s.restoreAll()
+	l.mu.Lock()
+	l.writing = false
+	if err != nil {
+		l.pending = true // again, once Redis answers
+	} else {
+		l.written, l.skipped, l.completed = written, skipped, !l.pending
+	}
+	l.mu.Unlock()
+	if err != nil {
+		s.log.Warn("writing back after a redis data loss failed; retrying when redis answers", "err", err)
+		return
+	}
+	s.met.writeBack.WithLabelValues("written").Add(float64(written))
+	s.met.writeBack.WithLabelValues("newer_in_redis").Add(float64(skipped))
+	s.log.Info("written back after a redis data loss", "written", written, "newer_in_redis", skipped)
+}
+
+func (s *Store) restoreAll() (written, skipped int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, recoveringKey, s.origin, time.Now().UnixMilli())
+		p.PExpire(ctx, recoveringKey, recoveringTTL)
+		return nil
+	})
+	cancel()
+	if err != nil {
+		return 0, 0, err
+	}
+	s.runs.mu.Lock()
+	s.runs.dirty = true
+	s.runs.mu.Unlock()
+
+	groups := s.restoreGroups()
+	for len(groups) > 0 {
+		part := groups[:min(writeBackPipeline, len(groups))]
+		groups = groups[len(part):]
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		res, err := s.runWrites(ctx, "r", part)
+		cancel()
+		if err != nil {
+			if s.unreachable(context.Background(), err) {
+				s.setDown(err)
+			}
+			return written, skipped, err
+		}
+		for _, r := range res {
+			for _, v := range append(r.vers, r.tver) {
+				switch {
+				case v == -2:
+					skipped++
+				case v > 0:
+					written++
+				}
+			}
+		}
+	}
+	// What Redis kept newer is not what memory holds: read it again before
+	// serving it.
+	s.epoch.Add(1)
+	s.markAllStale()
+	ctx, cancel = context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	if err := s.rdb.HDel(ctx, recoveringKey, s.origin).Err(); err != nil {
+		return written, skipped, err
+	}
+	return written, skipped, nil
+}
+
+// restoreGroups snapshots memory as restore writes, grouped by thread, the
+// protected threads first.
+func (s *Store) restoreGroups() []*threadWrite {
+	var calls []callWrite
+	var threads []*Thread
+	tver := map[*Thread]int64{}
+	version := func(v int64) int64 { return max(v, 1) }
+	s.cacheMu.Lock()
+	for _, p := range s.prot.threads {
+		threads = append(threads, p.e.t)
+		tver[p.e.t] = version(p.e.ver)
+	}
+	for _, p := range s.prot.calls {
+		if p.e != nil {
+			calls = append(calls, callWrite{p.e.call, version(p.e.ver)})
+		}
+	}
+	s.cacheMu.Unlock()
+	for _, e := range s.threads.Values() {
+		threads = append(threads, e.t)
+		tver[e.t] = version(e.ver)
+	}
+	for _, e := range s.calls.Values() {
+		calls = append(calls, callWrite{e.call, version(e.ver)})
+	}
+	calls = slices.DeleteFunc(calls, func(w callWrite) bool { return s.queued(callKey(RefOf(w.call))) != nil })
+	threads = slices.DeleteFunc(threads, func(t *Thread) bool { return s.queued(threadKey(t.ID)) != nil })
+
+	var out []*threadWrite
+	for _, g := range groupWrites(calls, threads) {
+		if g.t != nil {
+			g.tver = tver[g.t]
+		}
+		for len(g.calls) > writeBackGroup {
+			out = append(out, &threadWrite{thread: g.thread, calls: g.calls[:writeBackGroup]})
+			g.calls = g.calls[writeBackGroup:]
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// withdraw takes this replica out of the registry at Close: its marker and
+// liveness score go; a runs registry still holding runs is left for another
+// replica to claim at once.
+func (s *Store) withdraw() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+	defer cancel()
+	s.runs.mu.Lock()
+	left := len(s.runs.live) + len(s.runs.lost)
+	s.runs.mu.Unlock()
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.Del(ctx, markerKeyPrefix+s.origin)
+		if left > 0 {
+			p.ZAdd(ctx, replicasKey, redis.Z{Score: 0, Member: s.origin})
+		} else {
+			p.ZRem(ctx, replicasKey, s.origin)
+			p.Del(ctx, runsKeyPrefix+s.origin)
+		}
+		p.HDel(ctx, recoveringKey, s.origin)
+		return nil
+	})
+}

@@ -1,0 +1,116 @@
+package state
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Ref identifies a tool-call record: the thread it belongs to and the id the
+// agent gave the call. Agents number calls per run (call_0, tool_1), so the
+// same id in two threads names two different calls; every Store method, key
+// and index takes both.
+type Ref struct {
+	ThreadID string
+	ID       string
+}
+
+// RefOf returns the Ref of c.
+func RefOf(c *ToolCall) Ref { return Ref{ThreadID: c.ThreadID, ID: c.ID} }
+
+// String writes r for errors and logs, both parts quoted.
+func (r Ref) String() string {
+	return "thread " + strconv.Quote(r.ThreadID) + " call " + strconv.Quote(r.ID)
+}
+
+// RunRef identifies a run: its thread and runId.
+type RunRef struct {
+	ThreadID string
+	RunID    string
+}
+
+// Redis key layout; see the package documentation. Keys of one thread share
+// the hash tag {<thread>}, so that a Redis Cluster keeps them in one slot and
+// the per-thread write script touches one slot only; the global indexes are
+// apart from them.
+const (
+	keyPrefix          = "aguard:"
+	statusKeyPrefix    = "aguard:status:"    // ZSET of members, scored by expiry (Unix ms)
+	idThreadsKeyPrefix = "aguard:ids:"       // ZSET of thread ids holding a call id, scored by expiry (Unix ms)
+	deadlinesKey       = "aguard:deadlines"  // ZSET of members held for approval, scored by requiresApprovalAt (Unix ms)
+	replicasKey        = "aguard:replicas"   // ZSET of replica ids, scored by last heartbeat (Unix ms, Redis clock)
+	markerKeyPrefix    = "aguard:replica:"   // STRING per replica, with a short expiry: liveness and loss marker
+	runsKeyPrefix      = "aguard:runs:"      // HASH per replica: run member -> "live" or "lost <replica>"
+	recoveringKey      = "aguard:recovering" // HASH replica id -> Unix ms, while that replica writes back after a loss
+	invalidateChannel  = "aguard:invalidate:"
+)
+
+// hashTag escapes a thread id for use inside {…}: '%', '{' and '}' are
+// percent-encoded, so the tag ends at the first '}' and two thread ids never
+// give the same key. The empty thread id becomes "%", which no other id
+// gives, so that its keys still share a non-empty tag.
+func hashTag(thread string) string {
+	if thread == "" {
+		return "%"
+	}
+	if !strings.ContainsAny(thread, "%{}") {
+		return thread
+	}
+	var b strings.Builder
+	for i := 0; i < len(thread); i++ {
+		switch c := thread[i]; c {
+		case '%':
+			b.WriteString("%25")
+		case '{':
+			b.WriteString("%7B")
+		case '}':
+			b.WriteString("%7D")
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func threadPrefix(thread string) string { return keyPrefix + "{" + hashTag(thread) + "}:" }
+
+// threadKey is the thread's HASH: v (version), d (the Thread as JSON).
+func threadKey(thread string) string { return threadPrefix(thread) + "thread" }
+
+// threadCallsKey is the ZSET of the thread's call ids, scored by expiry.
+func threadCallsKey(thread string) string { return threadPrefix(thread) + "calls" }
+
+// callKey is the record's HASH: v (version), d (record JSON), s (status),
+// r ("1" when a write-back restored it and no decision has been written since).
+func callKey(r Ref) string { return threadPrefix(r.ThreadID) + "call:" + r.ID }
+
+// member is a Ref as it appears in the global indexes and invalidations: the
+// JSON array ["<thread>","<id>"].
+func member(r Ref) string {
+	b, _ := json.Marshal([2]string{r.ThreadID, r.ID})
+	return string(b)
+}
+
+// parseMember decodes a member.
+func parseMember(s string) (Ref, error) {
+	var a [2]string
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return Ref{}, fmt.Errorf("%w: index member %q: %w", errCorrupt, s, err)
+	}
+	return Ref{ThreadID: a[0], ID: a[1]}, nil
+}
+
+// runMember is a RunRef as a field of a replica's runs HASH.
+func runMember(r RunRef) string {
+	b, _ := json.Marshal([2]string{r.ThreadID, r.RunID})
+	return string(b)
+}
+
+func parseRunMember(s string) (RunRef, error) {
+	var a [2]string
+	if err := json.Unmarshal([]byte(s), &a); err != nil {
+		return RunRef{}, fmt.Errorf("%w: run member %q: %w", errCorrupt, s, err)
+	}
+	return RunRef{ThreadID: a[0], RunID: a[1]}, nil
+}

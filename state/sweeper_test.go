@@ -1,0 +1,165 @@
+package state
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aguard/aguard/internal/redistest"
+)
+
+// clock is a settable clock for Options.Now.
+type clock struct{ ns atomic.Int64 }
+
+func newClock(t time.Time) *clock {
+	c := &clock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
+
+// ends collects what a Store reports through Options.OnEnd.
+type ends struct {
+	mu    sync.Mutex
+	calls []*ToolCall
+}
+
+func (e *ends) onEnd(c *ToolCall) {
+	e.mu.Lock()
+	e.calls = append(e.calls, c)
+	e.mu.Unlock()
+}
+
+func (e *ends) list() []*ToolCall {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]*ToolCall(nil), e.calls...)
+}
+
+// holdUntil writes a call of thread t held for approval until deadline.
+func holdUntil(t testing.TB, s *Store, thread, id string, deadline time.Time) {
+	t.Helper()
+	c := newCall(id, thread, StatusRequiresConfirmation, t0)
+	c.RequiresApprovalAt = &deadline
+	mustPut(t, s, c)
+}
+
+// TestApprovalsTimeOutOnTheirOwnExactlyOnceAcrossReplicas runs the sweeps of
+// two replicas at once, many times, past an approval's deadline (an
+// injected clock): the call times out once, reported once.
+func TestApprovalsTimeOutOnTheirOwnExactlyOnceAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	clk := newClock(time.Now())
+	var ea, eb ends
+	a := openRedisStore(t, srv, Options{Now: clk.now, OnEnd: ea.onEnd, sweep: time.Hour})
+	b := openRedisStore(t, srv, Options{Now: clk.now, OnEnd: eb.onEnd, sweep: time.Hour})
+	deadline := clk.now().Add(time.Minute)
+	holdUntil(t, a, "thread-c", "h", deadline)
+	ctx := context.Background()
+
+	a.sweep(ctx)
+	b.sweep(ctx)
+	if n := len(ea.list()) + len(eb.list()); n != 0 {
+		t.Fatalf("%d approvals timed out before their deadline", n)
+	}
+	clk.set(deadline.Add(time.Millisecond))
+	for range 10 {
+		var wg sync.WaitGroup
+		wg.Go(func() { a.sweep(ctx) })
+		wg.Go(func() { b.sweep(ctx) })
+		wg.Wait()
+	}
+	got := append(ea.list(), eb.list()...)
+	if len(got) != 1 {
+		t.Fatalf("the approval timed out %d times, want once", len(got))
+	}
+	if c := got[0]; c.Status != StatusTimedOut || c.Cause != CauseApprovalTimeout || c.EndReason != "approval timeout" {
+		t.Fatalf("timed-out record = %+v", c)
+	}
+	if c := mustGet(t, b, "thread-c", "h"); c.Status != StatusTimedOut {
+		t.Fatalf("stored record = %s", c.Status)
+	}
+	if n := rawClient(t, srv).ZCard(ctx, deadlinesKey).Val(); n != 0 {
+		t.Errorf("the deadlines index still holds %d members", n)
+	}
+	if n := metricValue(t, a.met.deadlinesFired) + metricValue(t, b.met.deadlinesFired); n != 1 {
+		t.Errorf("aguard_state_approvals_expired_total = %v across replicas, want 1", n)
+	}
+}
+
+// TestApprovalsTimeOutWithinSecondsOfTheirDeadline lets the sweeper run on
+// its own, with and without Redis: within 5 s of the deadline (moved past
+// by the injected clock), the approval has timed out and been reported.
+func TestApprovalsTimeOutWithinSecondsOfTheirDeadline(t *testing.T) {
+	for _, kind := range []string{"memory", "redis"} {
+		t.Run(kind, func(t *testing.T) {
+			clk := newClock(time.Now())
+			var e ends
+			opt := Options{Now: clk.now, OnEnd: e.onEnd}
+			var s *Store
+			if kind == "memory" {
+				s = openStore(t, opt)
+			} else {
+				s = openRedisStore(t, redistest.Start(t), opt)
+			}
+			deadline := clk.now().Add(10 * time.Minute)
+			holdUntil(t, s, "thread-c", "h", deadline)
+			clk.set(deadline.Add(time.Millisecond))
+			passed := time.Now()
+			eventually(t, "the approval to time out", func() bool { return len(e.list()) == 1 })
+			if d := time.Since(passed); d > 5*time.Second {
+				t.Errorf("timed out %v after its deadline, want within 5 s", d)
+			}
+			if c := mustGet(t, s, "thread-c", "h"); c.Status != StatusTimedOut || c.EndReason != "approval timeout" {
+				t.Errorf("record = %s %q", c.Status, c.EndReason)
+			}
+		})
+	}
+}
+
+// TestTheRunsOfADeadReplicaAreEndedByAnother cuts a replica off (it stops
+// beating, as when killed): another replica claims its running run and ends
+// the run's open calls, CANCELLED with an endReason naming the run; the
+// run's ended call and other runs' calls are left alone.
+func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
+	srv := redistest.Start(t)
+	link := srv.Link(t)
+	dead := openStore(t, Options{RedisURL: link.URL()})
+	eventually(t, "the first heartbeat", dead.markerSet)
+	var e ends
+	other := openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
+	ctx := context.Background()
+	run := RunRef{ThreadID: "thread-k", RunID: "run-1"}
+	dead.RunStarted(ctx, run)
+	open1 := newCall("streaming", "thread-k", StatusPending, t0)
+	open2 := newCall("agent-side", "thread-k", StatusExecuting, t0)
+	done := newCall("done", "thread-k", StatusCompleted, t0)
+	later := newCall("next-run", "thread-k", StatusPending, t0)
+	later.RunID = "run-2"
+	for _, c := range []*ToolCall{open1, open2, done, later} {
+		mustPut(t, dead, c)
+	}
+	link.Cut() // the replica is gone: no heartbeat, no stream end
+
+	eventually(t, "the lost run's calls to end", func() bool { return len(e.list()) == 2 })
+	for _, id := range []string{"streaming", "agent-side"} {
+		c := mustGet(t, other, "thread-k", id)
+		if c.Status != StatusCancelled || c.Cause != CauseRunLost || c.EndReason != "run lost: run-1 (its replica "+dead.origin+" stopped)" {
+			t.Errorf("%s = %s %q", id, c.Status, c.EndReason)
+		}
+	}
+	if c := mustGet(t, other, "thread-k", "done"); c.Status != StatusCompleted {
+		t.Errorf("the ended call became %s", c.Status)
+	}
+	if c := mustGet(t, other, "thread-k", "next-run"); c.Status != StatusPending {
+		t.Errorf("another run's call became %s", c.Status)
+	}
+	eventually(t, "the claimed run to leave the registry", func() bool {
+		return metricValue(t, other.met.runsLost) == 1 && rawClient(t, srv).Exists(ctx, runsKeyPrefix+dead.origin, runsKeyPrefix+other.origin).Val() == 0
+	})
+}

@@ -1,0 +1,360 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The writer: while Redis is unreachable, writes go to a bounded queue
+// (queue.go), and one goroutine PINGs Redis with backoff and, once it
+// answers, drains the queue in order of last write, one thread's items per
+// atomic script call, before new writes go straight to Redis again.
+
+// direct reports whether a write may go straight to Redis: Redis is up and
+// nothing is queued ahead of it (per-key order must hold).
+func (s *Store) direct() bool { return s.up.Load() && s.qlen.Load() == 0 }
+
+// queued returns the queued item for key, or nil.
+func (s *Store) queued(key string) *item {
+	if s.qlen.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, _ := s.q.get(key)
+	return it
+}
+
+// waitUnqueued waits until nothing is queued for key, Redis goes down, or
+// ctx ends.
+func (s *Store) waitUnqueued(ctx context.Context, key string) error {
+	for {
+		s.mu.Lock()
+		_, queued := s.q.get(key)
+		progress, down := s.progress, s.downErr != nil
+		s.mu.Unlock()
+		if !queued || down {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return errClosed
+		}
+	}
+}
+
+// enqueue queues items (attaching w to each, if set), drops what exceeds
+// the bound, and wakes the writer.
+func (s *Store) enqueue(items []*item, w *waiter) {
+	var dropped []*item
+	s.mu.Lock()
+	for _, it := range items {
+		if w != nil {
+			it.waiters = append(it.waiters, w)
+		}
+		dropped = append(dropped, s.q.push(it)...)
+	}
+	for _, d := range dropped {
+		for _, dw := range d.waiters {
+			dw.finish(true)
+		}
+	}
+	n := s.q.len()
+	s.qlen.Store(int64(n))
+	logDrop := len(dropped) > 0 && !s.dropping
+	s.dropping = s.dropping || len(dropped) > 0
+	s.mu.Unlock()
+
+	s.met.writes.WithLabelValues(writeQueued).Add(float64(len(items)))
+	s.met.queueDepth.Set(float64(n))
+	if len(dropped) > 0 {
+		s.met.dropped.Add(float64(len(dropped)))
+	}
+	if logDrop {
+		s.log.Error("redis write queue is full; dropping the oldest writes until it drains",
+			"queue_size", s.opt.QueueSize, "first_dropped", dropped[0].key())
+	}
+	s.wakeWriter()
+}
+
+func (s *Store) wakeWriter() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// unreachable reports whether err means Redis could not be used (so the
+// Store should degrade), as opposed to the caller's ctx ending or Redis
+// answering with an error about this particular command or data.
+func (s *Store) unreachable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, errConflict) || errors.Is(err, errCorrupt) || errors.Is(err, ErrTransition) || errors.Is(err, errSlow) {
+		return false
+	}
+	return !permanent(err)
+}
+
+// permanent reports whether Redis rejected a command for a reason that a
+// retry will not fix (a script or type error), unlike OOM, LOADING or
+// READONLY, which pass.
+func permanent(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "ERR ") || strings.HasPrefix(msg, "WRONGTYPE ")
+}
+
+// writeFailed records a failed direct write, whose data the caller queues.
+func (s *Store) writeFailed(ctx context.Context, err error) {
+	if s.unreachable(ctx, err) {
+		s.setDown(err)
+	}
+}
+
+// downError is the error to report while Redis is unreachable.
+func (s *Store) downError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.downErr == nil {
+		return ErrUnavailable
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, s.downErr)
+}
+
+// setDown marks Redis unreachable because of err.
+func (s *Store) setDown(err error) {
+	s.mu.Lock()
+	wasUp := s.downErr == nil
+	s.downErr = err
+	s.up.Store(false)
+	if wasUp {
+		s.broadcastLocked()
+	}
+	s.mu.Unlock()
+	if wasUp {
+		s.met.redisUp.Set(0)
+		s.log.Warn("redis unreachable; serving from memory and queuing writes", "err", err)
+		s.wakeWriter()
+	}
+}
+
+// setUp marks Redis reachable again, and has the monitor check at once
+// whether it lost data meanwhile.
+func (s *Store) setUp() {
+	s.mu.Lock()
+	was := s.downErr
+	s.downErr = nil
+	s.up.Store(true)
+	s.broadcastLocked()
+	queued := s.q.len()
+	s.mu.Unlock()
+	// Invalidations published while this Store could not hear them are lost.
+	s.epoch.Add(1)
+	s.markAllStale()
+	s.met.redisUp.Set(1)
+	if was != nil {
+		s.log.Info("redis reachable again; draining queued writes", "queued", queued)
+	}
+	s.wakeMonitor()
+}
+
+func (s *Store) broadcastLocked() {
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// runWriter is the one goroutine that probes Redis while it is down and
+// drains the queue, oldest first, in batches of one atomic write per thread.
+func (s *Store) runWriter() {
+	defer s.wg.Done()
+	backoff := minBackoff
+	for {
+		select {
+		case <-s.stop:
+			return
+		default:
+		}
+		if !s.up.Load() {
+			if !s.sleep(backoff) {
+				return
+			}
+			backoff = min(2*backoff, maxBackoff)
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+			err := s.rdb.Ping(ctx).Err()
+			cancel()
+			if err != nil {
+				s.setDown(err)
+				continue
+			}
+			s.setUp()
+		}
+		s.mu.Lock()
+		batch := s.q.peek(drainBatch)
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			select {
+			case <-s.stop:
+				return
+			case <-s.kick:
+			}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		err := s.drain(ctx, batch)
+		cancel()
+		if err != nil {
+			s.setDown(err)
+			continue
+		}
+		backoff = minBackoff
+	}
+}
+
+// drain writes batch to Redis and removes it from the queue. A batch that
+// Redis rejects for good (a script or type error) is retried item by item,
+// and the items it still rejects are dropped and logged, so that one bad
+// record cannot stall the queue. It returns an error when Redis is
+// unreachable.
+func (s *Store) drain(ctx context.Context, batch []*item) error {
+	res, err := s.writeItems(ctx, batch)
+	if err == nil {
+		s.ack(batch, res, false)
+		return nil
+	}
+	if !permanent(err) {
+		return err
+	}
+	for _, it := range batch {
+		one := []*item{it}
+		res, err := s.writeItems(ctx, one)
+		switch {
+		case err == nil:
+			s.ack(one, res, false)
+		case permanent(err):
+			s.log.Error("redis rejected a queued write; dropping it", "key", it.key(), "err", err)
+			s.ack(one, nil, true)
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// writeItems writes queued items, one atomic write per thread, in one round
+// trip; it returns the version Redis gave each item, in order.
+func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) {
+	var calls []callWrite
+	var threads []*Thread
+	for _, it := range batch {
+		if it.call != nil {
+			calls = append(calls, callWrite{it.call, -1})
+		} else {
+			threads = append(threads, it.thread)
+		}
+	}
+	groups := groupWrites(calls, threads)
+	res, err := s.runWrites(ctx, "w", groups)
+	if err != nil {
+		return nil, err
+	}
+	callVer := map[*ToolCall]int64{}
+	threadVer := map[*Thread]int64{}
+	for i, g := range groups {
+		for j, c := range g.calls {
+			callVer[c.call] = res[i].vers[j]
+		}
+		if g.t != nil {
+			threadVer[g.t] = res[i].tver
+		}
+	}
+	out := make([]int64, len(batch))
+	for i, it := range batch {
+		if it.call != nil {
+			out[i] = callVer[it.call]
+		} else {
+			out[i] = threadVer[it.thread]
+		}
+	}
+	return out, nil
+}
+
+// ack removes written (or, if dropped, rejected) items from the queue,
+// releases their waiters, and records the versions Redis gave them in the
+// memory entries that still hold exactly those snapshots.
+func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
+	var acked int
+	s.mu.Lock()
+	for _, it := range batch {
+		if s.q.ack(it) {
+			acked++
+			for _, w := range it.waiters {
+				w.finish(dropped)
+			}
+		}
+	}
+	n := s.q.len()
+	s.qlen.Store(int64(n))
+	if n == 0 {
+		s.dropping = false
+	}
+	s.broadcastLocked()
+	s.mu.Unlock()
+
+	s.met.queueDepth.Set(float64(n))
+	if dropped {
+		s.met.dropped.Add(float64(acked))
+		return
+	}
+	s.met.writes.WithLabelValues(writeDrained).Add(float64(len(batch)))
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	for i, it := range batch {
+		if it.call != nil {
+			if e, ok := s.peekCallLocked(RefOf(it.call)); ok && e.call == it.call {
+				s.placeCallLocked(&callEntry{call: it.call, ver: vers[i], epoch: e.epoch}, true)
+			}
+			continue
+		}
+		if e, ok := s.peekThreadLocked(it.thread.ID); ok && e.t == it.thread {
+			s.cacheThreadLocked(it.thread, vers[i], true)
+		}
+	}
+}
+
+// peekThreadLocked returns the memory copy of thread id; cacheMu is held.
+func (s *Store) peekThreadLocked(id string) (*threadEntry, bool) {
+	if p, ok := s.prot.threads[id]; ok {
+		return p.e, true
+	}
+	return s.threads.Peek(id)
+}
+
+// flushOnClose writes what is queued, for at most closeFlushTimeout.
+func (s *Store) flushOnClose() {
+	ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		batch := s.q.peek(drainBatch)
+		s.mu.Unlock()
+		if len(batch) == 0 {
+			return
+		}
+		if err := s.drain(ctx, batch); err != nil {
+			s.mu.Lock()
+			n := s.q.len()
+			s.mu.Unlock()
+			s.log.Error("closing with writes redis never acknowledged; they are lost", "count", n, "err", err)
+			return
+		}
+	}
+}
