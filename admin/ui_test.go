@@ -156,7 +156,7 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	}
 
 	now := time.Now()
-	soon, later := now.Add(20*time.Minute), now.Add(time.Hour)
+	soon, later, latest := now.Add(20*time.Minute), now.Add(time.Hour), now.Add(2*time.Hour)
 	const safeID = "call-transfer-1"
 	srv, store := uiServer(t,
 		&state.ToolCall{ID: safeID, Name: "transfer_funds", Status: state.StatusRequiresConfirmation,
@@ -166,6 +166,10 @@ func TestApprovalsPageInChromium(t *testing.T) {
 		&state.ToolCall{ID: hostileID, Name: hostileName, Status: state.StatusRequiresConfirmation,
 			IsClientTool: true, ThreadID: hostileThread, RunID: "run-2", RequiresApprovalAt: &later, CreatedAt: now,
 			ArgumentsJSON: json.RawMessage(`{"note":` + jsonString(t, hostileNote) + `,"path":"/"}`)},
+		// Another thread's call with the same id: another call, another row.
+		&state.ToolCall{ID: safeID, Name: "transfer_funds", Status: state.StatusRequiresConfirmation,
+			IsClientTool: true, ThreadID: "thread-b", RunID: "run-3", RequiresApprovalAt: &latest, CreatedAt: now,
+			ArgumentsJSON: json.RawMessage(`{"amount":1}`)},
 	)
 
 	// One budget for the whole browser session; cancelling the allocator
@@ -238,7 +242,7 @@ func TestApprovalsPageInChromium(t *testing.T) {
 		chromedp.SendKeys(chromedp.ID("token"), "tok"),
 		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
 	)
-	waitFor("the two calls are listed", `document.querySelectorAll("#calls > li").length === 2`)
+	waitFor("the three calls are listed", `document.querySelectorAll("#calls > li").length === 3`)
 	do("entering the reviewer's name", chromedp.SendKeys(chromedp.ID("reviewer"), reviewer))
 	waitFor("every row's \"Approved by\" has the reviewer's name",
 		`[...document.querySelectorAll("#calls input.approved-by")].every(i => i.value === `+jsonString(t, reviewer)+`)`)
@@ -317,6 +321,18 @@ func TestApprovalsPageInChromium(t *testing.T) {
 		}
 	}
 
+	c, err = store.GetCall(context.Background(), state.Ref{ThreadID: "thread-b", ID: safeID})
+	if err != nil || c.Status != state.StatusRequiresConfirmation {
+		t.Errorf("the other thread's call with the same id: %+v, %v; want it still awaiting a decision", c, err)
+	}
+
+	do("refreshing", chromedp.Click(chromedp.ID("refresh")))
+	waitFor("decided calls leave the list", `document.querySelectorAll("#calls > li").length === 1`)
+	if got := eval(`document.querySelector("` + row1 + `").innerText`); !strings.Contains(got, "thread-b") {
+		t.Errorf("the row left is not the other thread's call:\n%s", got)
+	}
+	do("rejecting the other thread's call", chromedp.Click(chromedp.CSS(row1+" button.reject")))
+	waitFor("its row shows it rejected", `document.querySelector("`+row1+`").dataset.state === "rejected"`)
 	do("refreshing", chromedp.Click(chromedp.ID("refresh")))
 	waitFor("decided calls leave the list", `document.querySelectorAll("#calls > li").length === 0 && !document.getElementById("empty").hidden`)
 

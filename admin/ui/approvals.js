@@ -1,6 +1,6 @@
 // approvals.js drives aguard's approvals page (approvals.html): it lists the
 // tool calls awaiting a decision (GET /v1/approvals) and approves or rejects
-// them (POST /v1/tool-calls/{id}/approve and /reject).
+// them (POST /v1/tool-calls/{id}/approve and /reject, with ?threadId=).
 //
 // Everything the API returns is untrusted: tool names, ids and arguments come
 // from a model. The page therefore builds its DOM with createElement and
@@ -31,7 +31,8 @@
     calls: byId("calls"),
   };
 
-  // rows maps a call id to its row on the page. A row's state is "pending",
+  // rows maps a call (its thread and id: two threads may hold the same id)
+  // to its row on the page. A row's state is "pending",
   // "busy" (a decision is in flight), "approved", "rejected" or "failed"
   // (the API refused the decision). Decided and failed rows stay until the
   // next listing that no longer has them.
@@ -142,6 +143,9 @@
     ui.empty.hidden = n > 0;
   }
 
+  // rowKey identifies a call's row: its thread and its id.
+  const rowKey = (call) => JSON.stringify([str(call.threadId), str(call.id)]);
+
   // deadlineOf returns the call's approval deadline in ms, or NaN without one.
   const deadlineOf = (call) => Date.parse(str(call.requiresApprovalAt));
 
@@ -151,16 +155,16 @@
   function render(calls) {
     const listed = new Map();
     for (const call of calls) {
-      if (call && typeof call === "object" && str(call.id)) listed.set(call.id, call);
+      if (call && typeof call === "object" && str(call.id)) listed.set(rowKey(call), call);
     }
-    for (const [id, row] of rows) {
-      if (!listed.has(id) && row.state !== "busy") {
+    for (const [key, row] of rows) {
+      if (!listed.has(key) && row.state !== "busy") {
         row.li.remove();
-        rows.delete(id);
+        rows.delete(key);
       }
     }
-    for (const [id, call] of listed) {
-      if (!rows.has(id)) rows.set(id, makeRow(call));
+    for (const [key, call] of listed) {
+      if (!rows.has(key)) rows.set(key, makeRow(call));
     }
     const ordered = [...rows.values()].sort((a, b) => {
       const da = deadlineOf(a.call), db = deadlineOf(b.call);
@@ -169,7 +173,7 @@
         if (Number.isNaN(db)) return -1;
         return da - db;
       }
-      return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+      return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
     });
     // Move only the rows out of place, so that a field being typed in keeps
     // its focus across refreshes.
@@ -250,7 +254,7 @@
     li.append(outcome);
 
     const row = {
-      id, call, li, badge, remaining, outcome,
+      id, key: rowKey(call), thread: str(call.threadId), call, li, badge, remaining, outcome,
       approvedBy: approvedBy.input, reason: reason.input,
       buttons: [approve, reject],
       state: "pending",
@@ -323,7 +327,8 @@
     }
     setState(row, "busy");
     showOutcome(row, "", approve ? "Approving…" : "Rejecting…");
-    const path = `tool-calls/${pathSegment(row.id)}/${approve ? "approve" : "reject"}`;
+    // The thread goes with the id: another thread may hold the same id.
+    const path = `tool-calls/${pathSegment(row.id)}/${approve ? "approve" : "reject"}?threadId=${encodeURIComponent(row.thread)}`;
     let res;
     try {
       res = await callAPI("POST", path, { approvedBy, reason: row.reason.value.trim() });
