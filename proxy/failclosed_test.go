@@ -301,20 +301,29 @@ func rawRedis(t *testing.T, srv *redistest.Server) *goredis.Client {
 }
 
 // TestAnUnreadableThreadRefusesRunsWithToolHistory: while Redis is down, a
-// thread this replica knows nothing of may hold anything; a run that carries
-// tool history is refused with 503 ledger_unavailable instead of going
-// through unchecked, and a run without any (a new conversation) goes
-// through.
+// thread this replica knows is held to its last known state (409 for the
+// call it left pending); a thread it knows nothing of may hold anything: a
+// run that carries tool history is refused with 503 ledger_unavailable
+// instead of going through unchecked, and a run without any (a new
+// conversation) goes through.
 func TestAnUnreadableThreadRefusesRunsWithToolHistory(t *testing.T) {
 	redis := redistest.Start(t)
-	agent := &recordingAgent{runs: map[string][]string{"n-1": textIn("thread-new", "n-1"), "h-1": textIn("thread-old", "h-1")}}
+	agent := &recordingAgent{runs: map[string][]string{"n-1": textIn("thread-new", "n-1"), "h-1": textIn("thread-old", "h-1"),
+		"k-1": callIn("thread-known", "k-1", "k"), "k-2": textIn("thread-known", "k-2")}}
 	h := newHarness(t, agent.ServeHTTP, func(o *Options) { o.State = openStore(t, redis.URL()) })
+	if r := send(t, h, inThread("thread-known", "k-1", "")); r.status != 200 {
+		t.Fatalf("thread-known, run 1: %+v", r)
+	}
+	_, calls := agent.last()
 	redis.Stop()
+	if r := send(t, h, inThread("thread-known", "k-2", answer("x", "done"))); r.status != 409 || r.code != "unanswered_tool_calls" || !slices.Equal(r.ids, []string{"k"}) {
+		t.Fatalf("a known thread's run without its pending answer, Redis down: %+v", r)
+	}
 	if r := send(t, h, inThread("thread-old", "h-1", answer("call-9", "done"))); r.status != 503 || r.code != "ledger_unavailable" {
 		t.Fatalf("a run with tool history on an unreadable thread: %+v", r)
 	}
-	if _, n := agent.last(); n != 0 {
-		t.Fatal("the refused run reached the agent")
+	if _, n := agent.last(); n != calls {
+		t.Fatal("a refused run reached the agent")
 	}
 	if r := send(t, h, inThread("thread-new", "n-1", "")); r.status != 200 {
 		t.Fatalf("a run without tool history: %+v", r)

@@ -76,10 +76,14 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 func (s *Store) lostCopy(r Ref) (*ToolCall, bool) {
 	s.cacheMu.Lock()
 	p, protected := s.prot.calls[r]
+	var mem *ToolCall
+	if protected && p.e != nil && s.now().Before(p.until) { // else its keys expired: no loss
+		mem = p.e.call
+	}
 	s.cacheMu.Unlock()
-	if protected && p.e != nil {
+	if mem != nil {
 		s.lost(causeMissing)
-		return p.e.call, true
+		return mem, true
 	}
 	if s.inLossWindow() {
 		if e, ok := s.calls.Peek(r); ok {

@@ -57,10 +57,14 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 func (s *Store) absentThread(id string, window bool) (*Thread, error) {
 	s.cacheMu.Lock()
 	p, protected := s.prot.threads[id]
+	var mem *Thread
+	if protected && s.now().Before(p.until) { // else its keys expired: no loss
+		mem = p.e.t
+	}
 	s.cacheMu.Unlock()
-	if protected {
+	if mem != nil {
 		s.lost(causeMissing)
-		return p.e.t.clone(), nil
+		return mem.clone(), nil
 	}
 	if !window {
 		return &Thread{ID: id}, nil
