@@ -1,82 +1,152 @@
 // Package state is aguard's tool-call ledger and thread memory: every tool
-// call aguard sees, kept as seed 003's ToolCall record, and what each
-// thread's last run left open (pending frontend calls, open interrupts). It
-// keeps them in an in-process LRU in front of an optional Redis, so that any
-// replica can serve a thread's next run.
+// call aguard sees, kept as a ToolCall record (the AG-UI ecosystem's audit
+// model, as the README's ledger section describes it), and what each
+// thread's last run left open (pending frontend calls, approvals, open
+// interrupts). It keeps them in memory in front of an optional Redis, so
+// that any replica can serve a thread's next run.
 //
-// It is storage only. It does not read streams, evaluate policies or decide
-// anything. Callers (the proxy and the admin API) decide what a record says
-// and when it changes. The Store keeps what they write, hands out copies, and
-// makes a read-modify-write atomic across replicas (UpdateCall).
+// It owns the life of a call (lifecycle.go): named transitions (start,
+// arguments_complete, hold, approve, reject, expire_approval,
+// lose_approval, dispatch, answer, miss_client_deadline, end_with_run,
+// lose_run, deny), each checking the status it starts from, each ending
+// call recording a typed EndCause beside its endReason text. The proxy and
+// the admin API decide which transition applies; they never set a status
+// themselves. The package does not read streams or evaluate policies.
+//
+// The files, one idea each: store.go (the Store, its options, readiness),
+// ref.go (record identity, key names), calls.go and threads.go (reads and
+// writes), check.go (the request-side read and write, one round trip each),
+// cache.go and protect.go (memory), queue.go and writer.go (writes while
+// Redis is down), redis.go (scripts), subscriber.go (invalidations),
+// loss.go (loss detection and write-back), runs.go (runs registry),
+// sweeper.go (deadlines, lost runs, upkeep).
+//
+// # Identity
+//
+// A record is identified by its thread and its id (Ref): agents number
+// calls per run (call_0, tool_1), so the same id in two threads is two
+// calls. Every method takes both; a transition can only reach a record of
+// the thread it names. ThreadsOf lists the threads holding an id.
 //
 // # Redis key layout
 //
-// Every write resets the expiry of each key it touches to Options.TTL:
+// Every key of one thread shares the hash tag {<thread>} (the thread id
+// with '%', '{' and '}' percent-encoded; the empty id as "%"), so that a
+// Redis Cluster keeps a thread in one slot:
 //
-//	aguard:call:<callId>          HASH   v: version, incremented by every write
-//	                                     d: the record as JSON (camelCase, as the admin API serves it)
-//	                                     s: status, t: thread id (used to maintain the indexes)
-//	aguard:thread:<threadId>      STRING the Thread as JSON
-//	aguard:threadcalls:<threadId> ZSET   the thread's call ids, scored by last write (Unix ms)
-//	aguard:status:<STATUS>        ZSET   call ids in that status, scored by last write (Unix ms)
-//	aguard:invalidate:<db>        pub/sub channel, "<origin> <version> <callId>" per record write
+//	aguard:{<thread>}:call:<callId>  HASH   v: version, d: the record as JSON (camelCase, as the
+//	                                        admin API serves it), s: status, r: "1" while restored
+//	aguard:{<thread>}:thread         HASH   v: version, d: the Thread as JSON
+//	aguard:{<thread>}:calls          ZSET   the thread's call ids, scored by expiry (Unix ms)
 //
-// Every write is one Lua script call: one round trip, applied atomically,
-// whether it carries one record, a thread, or several records and a thread
-// (PutCallsSync, the queue's batches). The script bumps each record's
-// version. For UpdateCall it first checks that the version is still the one
-// read (compare-and-set). It moves the id between status and thread indexes,
-// trims index members older than the TTL, and publishes an invalidation. An
-// index can briefly name a record that has expired; ListCalls skips it.
+// The global indexes, apart from the threads' keys; their members are refs
+// as JSON arrays ["<thread>","<callId>"]:
 //
-// Call ids are global keys. aguard assumes that providers' call ids are
-// unique; a second call with an existing id overwrites the first. The status
-// indexes are global keys too, so the layout needs a standalone Redis (or a
-// primary with replicas), not Redis Cluster. Redis 7.0 is enough; nothing
-// needs per-field expiry.
+//	aguard:status:<STATUS>           ZSET   records in that status, scored by expiry (Unix ms)
+//	aguard:ids:<callId>              ZSET   thread ids holding that call id, scored by expiry
+//	aguard:deadlines                 ZSET   records held for approval, scored by requiresApprovalAt
+//	aguard:replicas                  ZSET   replica ids, scored by their last heartbeat (Redis clock)
+//	aguard:replica:<replica>         STRING a replica's marker (see loss), renewed each heartbeat
+//	aguard:runs:<replica>            HASH   the runs a replica streams: ["<thread>","<runId>"] ->
+//	                                        "live", or "lost <dead replica>" once claimed
+//	aguard:recovering                HASH   replica -> Unix ms, while it writes back after a loss
+//	aguard:invalidate:<db>           pub/sub, one message per write: "<origin>" then
+//	                                        "<version> <member>" per record or thread written
+//
+// Every write of records and a thread is one Lua script call per thread:
+// one round trip, atomic, whatever it carries. Its KEYS are that thread's
+// keys only (one slot); the part that maintains the global indexes is
+// separate in the script and reads only what the thread part computed, so
+// a Cluster mode can run it as a call of its own. A record's version grows
+// with every write and is never below the time in ms, so that a write made
+// after a data loss is newer than any copy from before it. Compare-and-set
+// (Apply, ApplyAnswers) checks the version read.
+//
+// Expiry: each record's keys expire Options.TTL (7 days) after its last
+// write, or TTL after its latest deadline (requiresApprovalAt,
+// clientToolDeadlineAt) when that is later: a policy's approvalTimeout
+// longer than the TTL never outlives its record. A thread's keys are
+// extended, never shortened, to the longest expiry written with them.
+// Index members carry their record's expiry as score; reads skip expired
+// ones.
+//
+// Redis 7.0 is enough.
 //
 // # Freshness across replicas
 //
 // Any replica must see what another one wrote. Records that decide what
-// happens next are therefore never served from the LRU while Redis is
+// happens next are therefore never served from memory while Redis is
 // reachable: GetCall reads a live (non-terminal) call from Redis on every
-// call, and GetThread always reads the thread from Redis. Each costs one
-// round trip, at request time, not per event. A terminal call rarely changes
-// again, and may be served from the LRU. If another replica does rewrite it,
-// that replica's script publishes an invalidation, and every other Store
-// stops serving its copy when the message arrives (typically well under a
-// millisecond).
+// call, and threads are always read from Redis. A terminal call rarely
+// changes again and may be served from memory; if another replica rewrites
+// it, that replica's invalidation stops every other Store serving its copy.
+// Memory serves a terminal record only if it was cached while the
+// subscription was live, with no newer version announced during the read,
+// and the subscription has not dropped since (each drop starts a new
+// epoch). Compare-and-set never trusts memory.
 //
-// The LRU serves a terminal record only while that is safe. The Store must
-// have cached it while its subscription was live, with no newer version
-// announced for that id during the read. The subscription must not have
-// dropped or been re-established since; any of those starts a new epoch.
-// UpdateCall never trusts the LRU: its compare-and-set runs against the
-// version in Redis and retries on conflict. Concurrent updates from any
-// number of replicas therefore each apply exactly once.
+// # Memory, and what is never evicted
+//
+// An LRU holds Options.CacheSize records and as many threads. Apart from it,
+// a protected set holds what this replica wrote that protects something: a
+// call held for approval, a call dispatched to the application and not
+// answered, a thread with pending calls, approvals or interrupts. Other
+// threads' traffic cannot evict it; an entry leaves when its record stops
+// protecting anything, or when its Redis keys would have expired. It is
+// bounded by Options.CacheSize entries and Options.ProtectedBytes bytes. A
+// hold reserves its place first (ReserveHold, from the proxy's policy
+// verdict): when the set is full the hold is refused, and the proxy denies
+// the call instead, so no approval exists that memory cannot keep. Without
+// Redis it is the only copy; with Redis it is what a write-back restores.
 //
 // # When Redis is unreachable
 //
-// Redis going away never blocks a caller beyond its context, and never
-// fails a write of valid input. On the first failed command the Store marks
-// itself degraded: Ready reports "degraded: redis unreachable: <error>"
-// (still ok), and aguard_state_redis_up drops to 0. From then on:
+// Redis going away never blocks a caller beyond its context and never fails
+// a write of valid input. On the first failed command the Store marks
+// itself degraded (Ready: "degraded: redis unreachable: …";
+// aguard_state_redis_up 0). Writes then go to memory and to a bounded queue
+// (latest write per key; past Options.QueueSize the oldest are dropped and
+// counted); reads come from memory (the last copy: "last known"), or fail
+// with ErrUnavailable when memory has nothing. One writer goroutine PINGs
+// with backoff and drains the queue in order once Redis answers. Replicas
+// do not see each other's writes meanwhile, and compare-and-set is atomic
+// only within one process.
 //
-//   - writes go to the LRU and to a bounded queue, one entry per key (the
-//     latest write wins). PutCall and PutThread return nil; PutCallsSync and
-//     UpdateCall report ErrQueued;
-//   - reads come from this process's memory. If it has nothing, they fail
-//     with ErrUnavailable;
-//   - one writer goroutine PINGs Redis with backoff (25 ms doubling to 1 s).
-//     When Redis answers, it drains the queue in order of last write, in
-//     atomic batches, before new writes go straight to Redis again. Whatever
-//     was queued is then in Redis, unless the queue overflowed: past
-//     Options.QueueSize the least recently written keys are dropped and
-//     counted in aguard_state_queue_dropped_total.
+// # When Redis loses data
 //
-// While Redis is unreachable, replicas do not see each other's writes, and
-// UpdateCall is atomic only within one process.
+// Redis may lose data and stay reachable: FLUSHALL, a restart without
+// persistence, a failover to a replica that lagged, eviction. Each Store
+// notices within seconds, by its marker key vanishing (checked every
+// heartbeat, 1 s, and in the pipeline of every ReadThread), Redis's run_id
+// changing, evicted_keys growing, or a record or thread it protects being
+// absent. It then logs "redis lost data" (attribute cause), counts it
+// (aguard_state_redis_data_lost_total{cause}), reports degraded for at least
+// 10 s and until it has written back what it holds, flags itself in
+// aguard:recovering meanwhile, and writes back its memory (protected set
+// first, then the LRU) as restores: a record or thread is written only if
+// Redis has no newer version, so whatever another replica wrote since the
+// loss stays. Restored records carry r=1 until their next write.
 //
-// Without a Redis URL the LRU is the whole store, and a record it evicts is
-// gone.
+// Until a loss is written back, nothing absent is read as empty: a thread
+// Redis does not have is served from this replica's memory (its last known
+// pending calls and approvals), or is unavailable (ErrUnavailable) when
+// memory has nothing of it. An answer to a held call whose decision cannot
+// be vouched for — its record restored, known only from memory during the
+// loss, or missing while its thread lists it as held (Thread.Approvals) —
+// is declined (lose_approval), never forwarded as it is.
+//
+// # Deadlines and lost runs
+//
+// The sweeper (every second) times out approvals not decided by
+// requiresApprovalAt (expire_approval; aguard:deadlines with Redis, the
+// protected set without), reporting each through Options.OnEnd exactly
+// once across replicas (compare-and-set). Each replica beats in
+// aguard:replicas and lists the runs it streams in aguard:runs:<replica>
+// (RunStarted, RunEnded). When a replica has been silent for 10 s, the
+// first sweeper to see it claims its runs (one script: exactly one
+// claimer) and ends their open calls (lose_run: CANCELLED, "run lost:
+// <runId> (its replica <id> stopped)"), reported through OnEnd.
+//
+// Without a Redis URL memory is the whole store: the LRU evicts what no
+// longer protects anything, and everything is gone at exit.
 package state

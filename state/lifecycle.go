@@ -253,8 +253,9 @@ func approvalExpired(c *ToolCall, now time.Time) bool {
 
 // Approve records a reviewer's approval: EXECUTING, dispatched to the
 // application, which has clientTimeout to answer. An approval after
-// requiresApprovalAt is refused the way seed 003 says ("an approval received
-// after the deadline is rejected"): the call times out instead (TIMED_OUT,
+// requiresApprovalAt is refused as the ToolCall model says ("an approval
+// received after the deadline is rejected"; README, the ledger): the call
+// times out instead (TIMED_OUT,
 // CauseApprovalTimeout), which the caller sees in the record.
 func Approve(by string, now time.Time, clientTimeout time.Duration) Transition {
 	return decide(TransitionApprove, true, by, now, clientTimeout)
@@ -319,7 +320,7 @@ func LoseApproval(now time.Time) Transition {
 }
 
 // Dispatch hands a call the run leaves pending to the application, which has
-// until now+clientTimeout to answer (seed 003's clientToolDeadlineAt).
+// until now+clientTimeout to answer (the record's clientToolDeadlineAt).
 func Dispatch(now time.Time, clientTimeout time.Duration) Transition {
 	t := Transition{Name: TransitionDispatch}
 	t.apply = func(c *ToolCall) error {
@@ -404,8 +405,8 @@ func LoseRun(runID, detail string, now time.Time) Transition {
 	return t
 }
 
-// resultJSON maps a result's content onto seed 003's resultJson, which is an
-// object: a string becomes {"content": "…"}, a list of parts
+// resultJSON maps a result's content onto the record's resultJson, which is
+// an object: a string becomes {"content": "…"}, a list of parts
 // {"content": […]}.
 func resultJSON(content []byte) json.RawMessage {
 	if len(content) == 0 || !json.Valid(content) {

@@ -6,14 +6,15 @@ import (
 	"fmt"
 )
 
-// Status is the execution status of a tool call, spelled as seed 003's
-// TOOL_EXECUTION_STATUS_* names. Only the canonical names are ever written;
+// Status is the execution status of a tool call, spelled as the ToolCall
+// model's TOOL_EXECUTION_STATUS_* names (README, the ledger). Only the canonical names are ever written;
 // ParseStatus and UnmarshalJSON also accept the legacy SUCCESS alias and the
 // numeric values on input.
 type Status string
 
-// The statuses a tool call goes through (design §5). The numbers in the
-// comments are the seed's numeric values, which ParseStatus accepts.
+// The statuses a tool call goes through (README, the ledger; lifecycle.go).
+// The numbers in the comments are the model's numeric values, which
+// ParseStatus accepts.
 const (
 	// StatusPending (1): arguments are streaming, or a frontend call has not
 	// been dispatched yet.
@@ -40,7 +41,7 @@ const (
 // statusSuccessAlias is the legacy spelling of StatusCompleted.
 const statusSuccessAlias = "TOOL_EXECUTION_STATUS_SUCCESS"
 
-// statusByNumber maps the seed's numeric values to canonical statuses.
+// statusByNumber maps the model's numeric values to canonical statuses.
 var statusByNumber = [...]Status{
 	1: StatusPending,
 	2: StatusExecuting,
@@ -78,7 +79,7 @@ func (s Status) Terminal() bool {
 	return false
 }
 
-// UnmarshalJSON accepts what seed 003 allows on input: a status name
+// UnmarshalJSON accepts what the ToolCall model allows on input: a status name
 // (canonical, or the SUCCESS alias) as a JSON string, or its number as a
 // JSON integer. The result is always canonical. JSON null leaves s unchanged.
 func (s *Status) UnmarshalJSON(b []byte) error {

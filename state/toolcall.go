@@ -93,7 +93,7 @@ type ToolCall struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
-// webhookToolCall is ToolCall in seed 003's webhook profile: protobuf field
+// webhookToolCall is ToolCall in the model's webhook profile: protobuf field
 // names (snake_case), aguard's additions snake_cased the same way.
 type webhookToolCall struct {
 	ID                   string          `json:"id"`
@@ -123,7 +123,7 @@ type webhookToolCall struct {
 	UpdatedAt            time.Time       `json:"updated_at"`
 }
 
-// WebhookJSON encodes c in seed 003's webhook profile: snake_case field
+// WebhookJSON encodes c in the model's webhook profile: snake_case field
 // names (arguments_json, result_json, executed_at, is_client_tool, …),
 // aguard's additions as end_cause, thread_id, run_id, arguments_text,
 // arguments_digest, approved, decision_id, created_at and updated_at.
@@ -155,7 +155,7 @@ func (c *ToolCall) end(status Status, cause EndCause, reason string, now time.Ti
 	c.ExecutionDuration = formatDuration(now.Sub(c.CreatedAt))
 }
 
-// durationPattern is seed 003's pattern for executionDuration.
+// durationPattern is the model's pattern for executionDuration.
 var durationPattern = regexp.MustCompile(`^-?(?:0|[1-9][0-9]*)(?:\.[0-9]{1,9})?s$`)
 
 // formatDuration writes d in seconds with 3, 6 or 9 decimals, the fewest
