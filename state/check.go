@@ -41,15 +41,6 @@ type viewCall struct {
 	queued bool
 }
 
-// Call returns the view's record of the call id, if any.
-func (v *ThreadView) Call(id string) (*ToolCall, bool) {
-	vc := v.calls[id]
-	if vc == nil || vc.call == nil {
-		return nil, false
-	}
-	return vc.call.clone(), true
-}
-
 // ReadThread reads thread and its records with the given call ids: with
 // Redis in one pipeline (one round trip, whatever the number of ids), which
 // also checks that this replica's marker is still there (see the package

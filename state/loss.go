@@ -56,6 +56,7 @@ type lossState struct {
 	evicted   int64  // evicted_keys as last seen; -1 unknown
 	detected  time.Time
 	cause     lossCause
+	suspect   bool // a protected entry was found absent: classify at the next beat
 	pending   bool // a write-back is due
 	writing   bool // a write-back is running
 	written   int  // records and threads the last write-back wrote
@@ -82,6 +83,16 @@ func (s *Store) lost(cause lossCause) {
 		s.log.Error("redis lost data", "cause", string(cause),
 			"protected", s.protectedCount(), "detail", "writing back what this replica holds; absent threads are not read as empty meanwhile")
 	}
+	s.wakeMonitor()
+}
+
+// suspectLoss reports a protected entry found absent outside a request:
+// the monitor beats at once, and records the loss under the cause the beat
+// finds (a restart, a vanished marker), or as "missing" if it finds none.
+func (s *Store) suspectLoss() {
+	s.loss.mu.Lock()
+	s.loss.suspect = true
+	s.loss.mu.Unlock()
 	s.wakeMonitor()
 }
 
@@ -190,6 +201,10 @@ func (s *Store) beat(ctx context.Context) {
 	if had == 0 && l.marker {
 		causes = append(causes, causeMarker)
 	}
+	if l.suspect && len(causes) == 0 {
+		causes = append(causes, causeMissing)
+	}
+	l.suspect = false
 	l.marker = true
 	if runID != "" {
 		l.runID = runID

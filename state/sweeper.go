@@ -196,7 +196,7 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 		case s.queued(callKey(refs[i])) != nil:
 			continue // memory holds a newer write
 		case sc.call == nil:
-			s.lost(causeMissing)
+			s.suspectLoss()
 			continue
 		}
 		s.cacheRead(sc.call, sc.ver, seq, epoch)
@@ -211,7 +211,7 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 			return
 		}
 		if t == nil {
-			s.lost(causeMissing)
+			s.suspectLoss()
 			continue
 		}
 		s.cacheThreadRead(t, ver)
