@@ -50,10 +50,11 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 		return nil, fmt.Errorf("state: get %s: %w", r, s.downError())
 	}
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+	readAt := time.Now()
 	sc, err := s.readCall(ctx, r)
 	switch {
 	case err == nil && sc.call == nil:
-		if mem, ok := s.lostCopy(r); ok {
+		if mem, ok := s.lostCopy(r, readAt); ok {
 			return mem.clone(), nil
 		}
 		return nil, fmt.Errorf("state: %s: %w", r, ErrNotFound)
@@ -70,10 +71,10 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 	return nil, fmt.Errorf("state: get %s: %w: %w", r, ErrUnavailable, err)
 }
 
-// lostCopy is this process's copy of a record Redis does not have: one it
-// protects (whose absence means Redis lost data, which it reports), or any
-// copy while a loss is being recovered.
-func (s *Store) lostCopy(r Ref) (*ToolCall, bool) {
+// lostCopy is this process's copy of a record Redis did not have when read
+// at readAt: one it protects (whose absence means Redis lost data, which it
+// reports), or any copy while a loss is being recovered.
+func (s *Store) lostCopy(r Ref, readAt time.Time) (*ToolCall, bool) {
 	s.cacheMu.Lock()
 	p, protected := s.prot.calls[r]
 	var mem *ToolCall
@@ -82,7 +83,7 @@ func (s *Store) lostCopy(r Ref) (*ToolCall, bool) {
 	}
 	s.cacheMu.Unlock()
 	if mem != nil {
-		s.lost(causeMissing)
+		s.lostAfter(causeMissing, readAt)
 		return mem, true
 	}
 	if s.inLossWindow() {
@@ -286,6 +287,7 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 			continue
 		}
 		seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+		readAt := time.Now()
 		sc, err := s.readCall(ctx, r)
 		if err != nil {
 			if !s.unreachable(ctx, err) {
@@ -299,7 +301,7 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 			// Redis lost it, or never had it. A copy this process
 			// protects is written back in the same compare-and-set
 			// (expected: still absent).
-			mem, ok := s.lostCopy(r)
+			mem, ok := s.lostCopy(r, readAt)
 			if !ok {
 				return nil, fmt.Errorf("state: update %s: %w", r, ErrNotFound)
 			}

@@ -112,6 +112,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 	c, budget := s.client(len(ids))
 	rctx, cancel := within(ctx, budget)
 	defer cancel()
+	readAt := time.Now()
 	_, err := c.Pipelined(rctx, func(p redis.Pipeliner) error {
 		tcmd = p.HMGet(ctx, threadKey(v.id), "v", "d")
 		mcmd = p.Exists(ctx, markerKeyPrefix+s.origin)
@@ -128,7 +129,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 		return err
 	}
 	if mcmd.Val() == 0 && s.markerSet() {
-		s.lost(causeMarker)
+		s.lostAfter(causeMarker, readAt)
 	}
 	window := s.inLossWindow() || rcmd.Val() > 0
 
@@ -144,7 +145,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 		s.cacheThreadRead(t, tver)
 		v.Thread = t.clone()
 	default:
-		if v.Thread, err = s.absentThread(v.id, window); err != nil {
+		if v.Thread, err = s.absentThread(v.id, window, readAt); err != nil {
 			return errUnvouched{err}
 		}
 		v.FromMemory = v.Thread.protects() || window
@@ -164,7 +165,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 			v.calls[id] = &viewCall{call: sc.call.clone(), ver: sc.ver, unverified: sc.restored}
 			continue
 		}
-		if mem, ok := s.lostCopy(r); ok {
+		if mem, ok := s.lostCopy(r, readAt); ok {
 			v.calls[id] = &viewCall{call: mem.clone(), unverified: true}
 		} else if window {
 			if e, ok := s.calls.Peek(r); ok {

@@ -50,18 +50,22 @@ const (
 
 // lossState is what a Store knows of Redis's data losses. Guarded by mu.
 type lossState struct {
-	mu        sync.Mutex
-	marker    bool   // the marker was written since Open: its absence now means a loss
-	runID     string // Redis's run_id as last seen
-	evicted   int64  // evicted_keys as last seen; -1 unknown
-	detected  time.Time
-	cause     lossCause
-	suspect   bool // a protected entry was found absent: classify at the next beat
-	pending   bool // a write-back is due
-	writing   bool // a write-back is running
-	written   int  // records and threads the last write-back wrote
-	skipped   int  // … and found newer in Redis
-	completed bool // the last write-back finished
+	mu       sync.Mutex
+	marker   bool   // the marker was written since Open: its absence now means a loss
+	runID    string // Redis's run_id as last seen
+	evicted  int64  // evicted_keys as last seen; -1 unknown
+	detected time.Time
+	cause    lossCause
+	suspect  bool // a protected entry was found absent: classify at the next beat
+	// restoredAt is when the last write-back finished. An absence read
+	// before then, or while a write-back runs, is no sign of a new loss:
+	// that write-back restores what this replica holds.
+	restoredAt time.Time
+	pending    bool // a write-back is due
+	writing    bool // a write-back is running
+	written    int  // records and threads the last write-back wrote
+	skipped    int  // … and found newer in Redis
+	completed  bool // the last write-back finished
 }
 
 // lost records a loss detected by cause. A loss detected while one is being
@@ -86,12 +90,34 @@ func (s *Store) lost(cause lossCause) {
 	s.wakeMonitor()
 }
 
-// suspectLoss reports a protected entry found absent outside a request:
-// the monitor beats at once, and records the loss under the cause the beat
-// finds (a restart, a vanished marker), or as "missing" if it finds none.
-func (s *Store) suspectLoss() {
+// lostAfter is lost for an absence read at readAt: ignored when a
+// write-back began since (it restored what this replica held).
+func (s *Store) lostAfter(cause lossCause, readAt time.Time) {
+	if s.restoredSince(readAt) {
+		return
+	}
+	s.lost(cause)
+}
+
+func (s *Store) restoredSince(readAt time.Time) bool {
 	s.loss.mu.Lock()
-	s.loss.suspect = true
+	defer s.loss.mu.Unlock()
+	return s.loss.restoredSinceLocked(readAt)
+}
+
+func (l *lossState) restoredSinceLocked(readAt time.Time) bool {
+	return l.writing || !l.restoredAt.IsZero() && readAt.Before(l.restoredAt)
+}
+
+// suspectLoss reports a protected entry found absent, in a read made at
+// readAt, outside a request: the monitor beats at once, and records the
+// loss under the cause the beat finds (a restart, a vanished marker), or as
+// "missing" if it finds none.
+func (s *Store) suspectLoss(readAt time.Time) {
+	s.loss.mu.Lock()
+	if !s.loss.restoredSinceLocked(readAt) {
+		s.loss.suspect = true
+	}
 	s.loss.mu.Unlock()
 	s.wakeMonitor()
 }
@@ -251,7 +277,7 @@ const (
 func (s *Store) writeBack() {
 	l := &s.loss
 	l.mu.Lock()
-	l.pending, l.writing = false, true
+	l.pending, l.writing, l.suspect = false, true, false
 	l.mu.Unlock()
 	written, skipped, err := s.restoreAll()
 	l.mu.Lock()
@@ -259,7 +285,7 @@ func (s *Store) writeBack() {
 	if err != nil {
 		l.pending = true // again, once Redis answers
 	} else {
-		l.written, l.skipped, l.completed = written, skipped, !l.pending
+		l.written, l.skipped, l.completed, l.restoredAt = written, skipped, !l.pending, time.Now()
 	}
 	l.mu.Unlock()
 	if err != nil {

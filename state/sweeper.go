@@ -187,6 +187,7 @@ func (s *Store) endLostRun(ctx context.Context, r RunRef, dead string, now time.
 // and keeps what Redis has now; one absent from Redis is a loss.
 func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+	readAt := time.Now()
 	stored, err := s.readCalls(ctx, refs)
 	if err != nil {
 		return
@@ -196,7 +197,7 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 		case s.queued(callKey(refs[i])) != nil:
 			continue // memory holds a newer write
 		case sc.call == nil:
-			s.suspectLoss()
+			s.suspectLoss(readAt)
 			continue
 		}
 		s.cacheRead(sc.call, sc.ver, seq, epoch)
@@ -206,12 +207,13 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 		if s.queued(threadKey(id)) != nil {
 			continue
 		}
+		readAt := time.Now()
 		t, ver, err := s.readThread(ctx, id)
 		if err != nil {
 			return
 		}
 		if t == nil {
-			s.suspectLoss()
+			s.suspectLoss(readAt)
 			continue
 		}
 		s.cacheThreadRead(t, ver)

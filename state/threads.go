@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // GetThread returns what is remembered of thread id; a thread never seen is
@@ -32,10 +33,11 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 	}
 	if s.up.Load() {
 		s.met.cacheMisses.Inc()
+		readAt := time.Now()
 		t, ver, err := s.readThread(ctx, id)
 		switch {
 		case err == nil && t == nil:
-			return s.absentThread(id, s.inLossWindow())
+			return s.absentThread(id, s.inLossWindow(), readAt)
 		case err == nil:
 			s.cacheThreadRead(t, ver)
 			return t.clone(), nil
@@ -51,10 +53,10 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 	return nil, fmt.Errorf("state: get thread %q: %w", id, s.downError())
 }
 
-// absentThread answers for a thread Redis does not have. window reports that
-// Redis lost data recently (this replica's loss window, or another replica
-// writing back).
-func (s *Store) absentThread(id string, window bool) (*Thread, error) {
+// absentThread answers for a thread Redis did not have when read at readAt.
+// window reports that Redis lost data recently (this replica's loss window,
+// or another replica writing back).
+func (s *Store) absentThread(id string, window bool, readAt time.Time) (*Thread, error) {
 	s.cacheMu.Lock()
 	p, protected := s.prot.threads[id]
 	var mem *Thread
@@ -63,7 +65,7 @@ func (s *Store) absentThread(id string, window bool) (*Thread, error) {
 	}
 	s.cacheMu.Unlock()
 	if mem != nil {
-		s.lost(causeMissing)
+		s.lostAfter(causeMissing, readAt)
 		return mem.clone(), nil
 	}
 	if !window {
