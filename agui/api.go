@@ -89,13 +89,27 @@ type Options struct {
 	// events are forwarded as they came (compacted), violations do not end the
 	// stream.
 	Monitor bool
-	// Decider decides each tool call once its arguments are complete; nil
-	// allows every call.
+	// Decider decides each tool call once its arguments are complete, and
+	// how the consumer sees it as it starts; nil allows and streams every
+	// call.
 	Decider Decider
+	// MaxHeld bounds the bytes of events the Stream holds back from the
+	// consumer at any time (calls held until judged, and what waits behind
+	// them; README, "Hold and hide"); 0 means DefaultMaxHeld. Past it the
+	// call being held is denied.
+	MaxHeld int
 }
+
+// DefaultMaxHeld is Options.MaxHeld's default: 8 MiB per stream.
+const DefaultMaxHeld = 8 << 20
 
 // Decision phases: when a Decider is asked about a call.
 const (
+	// PhaseToolCallStart: the call has started (its TOOL_CALL_START, its
+	// first chunk, or the replayed messages that introduce it); nothing of
+	// its arguments is known. The Decider says how the consumer sees the
+	// call: ActionStream, ActionHold or ActionHide.
+	PhaseToolCallStart = "tool_call_start"
 	// PhaseToolCallEnd: the call's arguments are complete (TOOL_CALL_END,
 	// or the end of its chunk stream). "A consumer MUST NOT act on the
 	// arguments before TOOL_CALL_END" (https://docs.ag-ui.com, Tool Calls),
@@ -108,11 +122,27 @@ const (
 	PhaseRunFinished = "run_finished"
 )
 
-// Verdict actions.
+// Verdict actions at PhaseToolCallEnd and PhaseRunFinished.
 const (
 	ActionAllow           = "allow"
 	ActionDeny            = "deny"
 	ActionRequireApproval = "require_approval"
+)
+
+// Verdict actions at PhaseToolCallStart (README, "Hold and hide").
+const (
+	// ActionStream: the consumer gets the call's events as they come.
+	ActionStream = "stream"
+	// ActionHold: the call's events are held back until it is judged —
+	// at its end, or, for a call the agent executes itself, when its result
+	// arrives or the run finishes — then released unchanged if it is
+	// allowed; if denied, the consumer sees only aguard.tool_call_denied.
+	ActionHold = "hold"
+	// ActionHide: the consumer never sees the call, its result or its
+	// entries in replayed messages; it is still decided and reported. Only
+	// for a call the agent executes itself: for a frontend call it means
+	// ActionHold.
+	ActionHide = "hide"
 )
 
 // Call is a tool call put to a Decider.
@@ -122,7 +152,7 @@ type Call struct {
 	Name  string
 	// Arguments is the complete argument text, as the producer sent it. It
 	// is untrusted and may not be JSON. It aliases the Stream's memory and
-	// is valid only during the Decide call.
+	// is valid only during the Decide call. Nil at PhaseToolCallStart.
 	Arguments []byte
 	// ArgumentsTruncated reports argument text longer than aguard keeps
 	// (1 MiB); Arguments is then its beginning only.
@@ -139,7 +169,10 @@ type Call struct {
 
 // Verdict is a Decider's answer about a Call.
 type Verdict struct {
-	Action string // ActionAllow, ActionDeny or ActionRequireApproval
+	// Action is ActionAllow, ActionDeny or ActionRequireApproval; at
+	// PhaseToolCallStart, ActionStream, ActionHold or ActionHide. An action
+	// the phase does not know denies (holds, at PhaseToolCallStart).
+	Action string
 	Reason string
 	// DecisionID identifies the decision in logs and in the signals the
 	// consumer receives.
@@ -165,6 +198,14 @@ type Verdict struct {
 // like a denied frontend call, before RUN_FINISHED. For a call that first
 // appears in replayed messages (a MESSAGES_SNAPSHOT, the RUN_STARTED input
 // echo), these events follow the event that carried it.
+//
+// At PhaseToolCallStart the Stream asks how the consumer sees the call
+// (README, "Hold and hide"). A held call whose verdict later allows it is
+// released whole, in order; a held call denied is never seen by the
+// consumer, who gets only aguard.tool_call_denied (and RUN_ERROR
+// AGUARD_POLICY_DENIED after it, for an agent-side call at its end); a
+// hidden call is decided like any other, but nothing of it reaches the
+// consumer (a denial ends the run with a RUN_ERROR that does not name it).
 type Decider interface {
 	Decide(c *Call) Verdict
 }
@@ -200,9 +241,17 @@ type CallEvent struct {
 	ID, Name string
 	// Frontend reports a call to a tool the run input advertised.
 	Frontend  bool
-	Arguments []byte  // CallArgumentsComplete
-	Verdict   Verdict // CallDecided
-	Content   []byte  // CallAnswered
+	Arguments []byte // CallArgumentsComplete
+	// Verdict is the Decider's verdict: at CallDecided, and at CallStarted
+	// the PhaseToolCallStart verdict (zero when no Decider was asked).
+	Verdict Verdict
+	Content []byte // CallAnswered
+	// Visibility is how the consumer sees the call, as the
+	// PhaseToolCallStart verdict was applied: ActionStream, ActionHold or
+	// ActionHide; "" when no Decider was asked (the call streams). It is set
+	// on every event of the call. A hidden call's events are reported all
+	// the same: the ledger records what the consumer never sees.
+	Visibility string
 }
 
 // RunEnd reports how a run ended.

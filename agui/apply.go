@@ -39,6 +39,9 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 		return nil
 	case tRunError:
 		vi := s.closeAllLanes()
+		// The run ends before the calls still held are judged: the
+		// consumer never sees them.
+		s.abandon(b)
 		s.runErr = true
 		code := s.agentErrorCode(e, b)
 		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, code
@@ -75,9 +78,11 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 		if vi := s.closeLaneOf(t); vi != nil {
 			return vi
 		}
-		if _, vi := s.run.toolStart(id, name, parent, hasParent, t); vi != nil {
+		c, vi := s.run.toolStart(id, name, parent, hasParent, t)
+		if vi != nil {
 			return vi
 		}
+		e.call = c
 		if s.in.isFrontend(name) {
 			s.markFrontend(id)
 		}
@@ -93,7 +98,13 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 				return vi
 			}
 		}
-		return s.run.toolCont(e.typ, id, delta, t, e.typ == tToolEnd)
+		if vi := s.run.toolCont(e.typ, id, delta, t, e.typ == tToolEnd); vi != nil {
+			return vi
+		}
+		if s.hold.active {
+			e.call = s.run.calls[string(id)]
+		}
+		return nil
 	case tToolResult:
 		return s.toolResult(e, b, t)
 
@@ -118,8 +129,14 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 		if vi := s.expandChunk(&c); vi != nil {
 			return vi
 		}
-		if c.kind == laneTool && c.hasID && c.hasName && s.in.isFrontend(c.name) {
-			s.markFrontend(c.id)
+		if c.kind == laneTool {
+			if c.hasID && c.hasName && s.in.isFrontend(c.name) {
+				s.markFrontend(c.id)
+			}
+			e.call = c.call
+			if e.call == nil && s.hold.active {
+				e.call = s.run.calls[c.laneID]
+			}
 		}
 		return nil
 
@@ -256,6 +273,7 @@ func (s *Stream) runStartedEvent(e *ev, b *Batch) *violation {
 	}
 	if !s.runStarted || s.runDone || s.runErr {
 		s.run.reset()
+		s.resetHold()
 		clear(s.answered)
 		s.runDone, s.runErr = false, false
 	}
@@ -292,6 +310,9 @@ func (s *Stream) encryptedValue(e *ev, t tag) *violation {
 	case "tool-call":
 		if c := s.run.calls[string(id)]; c != nil {
 			own = &c.own
+			e.call = c // a trace of the call: it goes where the call's events go
+		} else if s.hold.active {
+			e.cid = id
 		}
 	default: // "message": a text message or a reasoning message
 		if m := s.run.msgs[string(id)]; m != nil {

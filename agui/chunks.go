@@ -77,6 +77,7 @@ func (s *Stream) laneIndexTag(t tag) int {
 // and that END goes through the sequence rules like any other.
 func (s *Stream) closeLane(i int) *violation {
 	l := s.lanes[i]
+	s.hold.closed = true
 	s.lanes = append(s.lanes[:i], s.lanes[i+1:]...)
 	t := l.openerTag()
 	id := []byte(l.id)
@@ -135,6 +136,12 @@ func (s *Stream) resolveLane(kind laneKind, typ string, id []byte, hasID bool, t
 	if i := s.laneIndex(owner{}); i >= 0 && s.lanes[i].kind == kind {
 		return owner{}, nil
 	}
+	if s.hold.ghost {
+		// An event aguard kept from the consumer closed a chunked item
+		// the consumer still has open: it would resolve this chunk by its
+		// own lanes, not aguard's (hold.go).
+		return owner{}, viol("ambiguous_chunk", "", typ+" carries neither an id nor a subagentRunId while a chunked item the consumer still sees open was closed by an event aguard holds back or hides; the consumer could not tell which item it continues")
+	}
 	found, n := owner{}, 0
 	for i := range s.lanes {
 		if s.lanes[i].kind == kind {
@@ -166,6 +173,10 @@ type chunk struct {
 	metadata  bool
 	unknown   bool // members the chunk schema does not describe
 	t         tag
+	// Set by expandChunk: the id of the item the chunk continues or opens
+	// (laneID), and the tool call it opened, if it opened one (call).
+	laneID string
+	call   *call
 }
 
 // expandChunk applies one chunk the way transformChunks expands it.
@@ -221,9 +232,11 @@ func (s *Stream) expandChunk(c *chunk) *violation {
 		case laneTool:
 			nl.name, nl.hasName = string(c.name), true
 			nl.parent, nl.hasParent = string(c.parent), c.hasParent
-			if _, v := s.run.toolStart(c.id, c.name, c.parent, c.hasParent, c.t); v != nil {
+			call, v := s.run.toolStart(c.id, c.name, c.parent, c.hasParent, c.t)
+			if v != nil {
 				return v
 			}
+			c.call = call
 		case laneText:
 			nl.role = "assistant"
 			if c.hasRole {
@@ -243,6 +256,7 @@ func (s *Stream) expandChunk(c *chunk) *violation {
 		synthesised = true
 		id = c.id
 	}
+	c.laneID = l.id
 	// The content/args event: synthesised for a delta or a rawEvent, or, when
 	// the chunk produced nothing else, for metadata or unknown members.
 	if c.hasDelta || c.rawEvent || (!synthesised && (c.metadata || c.unknown)) {

@@ -14,7 +14,7 @@ func (s *Stream) decideEnded(b *Batch, typ string) {
 	s.run.ended = s.run.ended[:0]
 	for _, c := range ended {
 		b.Calls = append(b.Calls, CallEvent{Kind: CallArgumentsComplete, ID: c.id, Name: c.name,
-			Frontend: s.in.isFrontendName(c.name), Arguments: c.args})
+			Frontend: s.in.isFrontendName(c.name), Arguments: c.args, Visibility: c.vis})
 	}
 	if s.opts.Decider == nil || typ == tRunError {
 		return // a run that errored has nothing left to decide
@@ -38,8 +38,8 @@ func (s *Stream) decideUnadvertised(b *Batch) {
 		return
 	}
 	for _, c := range s.run.order {
-		if _, ok := s.answered[c.id]; ok || s.in.isFrontendName(c.name) {
-			continue
+		if _, ok := s.answered[c.id]; ok || s.in.isFrontendName(c.name) || c.withheld() {
+			continue // a withheld call is not the consumer's: it holds nothing
 		}
 		s.decide(b, c, PhaseRunFinished)
 		if s.done {
@@ -49,6 +49,9 @@ func (s *Stream) decideUnadvertised(b *Batch) {
 }
 
 func (s *Stream) decide(b *Batch, c *call, phase string) {
+	if c.show == withdrawn {
+		return // denied while held (past --max-held): nothing left to decide
+	}
 	frontend := s.in.isFrontendName(c.name)
 	v := s.opts.Decider.Decide(&Call{
 		Phase: phase, ID: c.id, Name: c.name,
@@ -56,16 +59,18 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 		ParentMessageID: c.parent, SubagentRunID: c.own.id,
 		Reopened: c.reopened, Frontend: frontend,
 	})
-	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v})
+	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis})
 	switch v.Action {
 	case ActionAllow:
+		s.allowed(b, c, phase, frontend)
 		return
 	case ActionRequireApproval:
 		if frontend && phase == PhaseToolCallEnd {
 			b.Notes = append(b.Notes, Note{Kind: "approval_required", ID: c.id,
 				Message: "tool call '" + c.id + "' (" + c.name + ") requires approval: " + v.Reason + " (decision " + v.DecisionID + ")"})
 			if !s.opts.Monitor {
-				s.emit(b, tCustom, s.approvalRequired(c, v))
+				s.allowed(b, c, phase, frontend)
+				s.put(b, tCustom, s.approvalRequired(c, v))
 			}
 			return
 		}
@@ -74,9 +79,44 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 	default:
 		v.Reason = "the decider answered an unknown action '" + v.Action + "'"
 	}
+	s.deny(b, c, phase, frontend, v)
+}
+
+// allowed lets a held call through once it is judged. An agent-side call
+// allowed at its end stays held until its result arrives or the run
+// finishes: until then nothing says the agent will answer it, and a call
+// left unanswered is one the consumer would take for its own.
+func (s *Stream) allowed(b *Batch, c *call, phase string, frontend bool) {
+	if c.show != held {
+		return
+	}
+	if !frontend && phase == PhaseToolCallEnd && !c.resultSeen {
+		c.endAllowed = true
+		return
+	}
+	s.release(b, c)
+}
+
+// deny applies a denial of c (the policy's, or aguard's own).
+func (s *Stream) deny(b *Batch, c *call, phase string, frontend bool, v Verdict) {
 	msg := "tool call '" + c.id + "' (" + c.name + ") denied by policy: " + v.Reason + " (decision " + v.DecisionID + ")"
 	b.Notes = append(b.Notes, Note{Kind: "policy_denied", ID: c.id, Message: msg})
 	if s.opts.Monitor {
+		return
+	}
+	switch c.show {
+	case hidden:
+		// Only an agent-side call is hidden, and it is decided only at its
+		// end: the run ends, without a word of the call.
+		s.end(b, CodePolicyDenied, "a tool call aguard keeps from the consumer was denied by policy (decision "+v.DecisionID+")")
+		return
+	case held:
+		// The consumer never sees any of it, only the denial.
+		s.withdraw(b, c)
+		s.put(b, tCustom, s.denied(c, v))
+		if !frontend && phase == PhaseToolCallEnd {
+			s.end(b, CodePolicyDenied, msg)
+		}
 		return
 	}
 	if !frontend && phase == PhaseToolCallEnd {
@@ -89,8 +129,8 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 	// disposes of each unanswered frontend call — executing it, or declining
 	// it" and "a call the user declined is answered by saying so"
 	// (https://docs.ag-ui.com, Tool Calls, Frontend tools).
-	s.emit(b, tCustom, s.denied(c, v))
-	s.emit(b, tToolResult, s.declineResult(c, v))
+	s.put(b, tCustom, s.denied(c, v))
+	s.put(b, tToolResult, s.declineResult(c, v))
 	s.answered[c.id] = struct{}{}
 	s.recordDecline(c, v)
 }

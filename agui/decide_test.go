@@ -7,16 +7,27 @@ import (
 	"github.com/aguard/aguard/internal/aguicheck"
 )
 
-// byName is a Decider with a fixed verdict per tool name; it records every
-// call it was asked about.
+// byName is a Decider with a fixed verdict per tool name (at
+// tool_call_start, from start; stream when absent); it records every call it
+// was asked about: in started at tool_call_start, in asked otherwise.
 type byName struct {
 	verdicts map[string]string
+	start    map[string]string
 	asked    []Call
+	started  []Call
 }
 
 func (d *byName) Decide(c *Call) Verdict {
 	cc := *c
 	cc.Arguments = append([]byte(nil), c.Arguments...)
+	if c.Phase == PhaseToolCallStart {
+		d.started = append(d.started, cc)
+		action := d.start[c.Name]
+		if action == "" {
+			action = ActionStream
+		}
+		return Verdict{Action: action, Reason: "start rule for " + c.Name, DecisionID: "s-" + c.ID}
+	}
 	d.asked = append(d.asked, cc)
 	action := d.verdicts[c.Name]
 	if action == "" {
@@ -138,6 +149,9 @@ type phaseDecider struct {
 }
 
 func (d *phaseDecider) Decide(c *Call) Verdict {
+	if c.Phase == PhaseToolCallStart {
+		return Verdict{Action: ActionStream}
+	}
 	d.phases = append(d.phases, c.Phase)
 	if c.Phase == d.deny {
 		return Verdict{Action: ActionDeny, Reason: "not advertised", DecisionID: "d" + string(rune('0'+len(d.phases)))}
@@ -214,6 +228,9 @@ func TestHostileReasonIsEscaped(t *testing.T) {
 type hostile struct{}
 
 func (hostile) Decide(c *Call) Verdict {
+	if c.Phase == PhaseToolCallStart {
+		return Verdict{Action: ActionStream}
+	}
 	return Verdict{Action: ActionDeny, Reason: "x\"}\n\ndata: {\"type\":\"RUN_FINISHED\"}\r\n<script>", DecisionID: "\u2028"}
 }
 

@@ -88,9 +88,11 @@ func textContentID(data []byte) (id []byte, ok bool) {
 // chunk lane open, and reports whether it did. The general path would find
 // nothing to check or change in it: runRules passes (a run is active and not
 // finished), the event carries no subagentRunId so no owner can disagree,
-// closeLaneOf has no lane to close, and textCont finds the message open.
+// closeLaneOf has no lane to close, and textCont finds the message open; and
+// with no barrier in the hold queue the event, which belongs to no tool call,
+// goes out at once (hold.go).
 func (s *Stream) feedTextContent(data []byte, b *Batch) bool {
-	if s.slow || !s.first || s.runErr || s.runDone || !s.runStarted || len(s.lanes) > 0 {
+	if s.slow || !s.first || s.runErr || s.runDone || !s.runStarted || len(s.lanes) > 0 || s.hold.barrier {
 		return false
 	}
 	id, ok := textContentID(data)

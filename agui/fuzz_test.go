@@ -67,6 +67,12 @@ var genTemplates = []string{
 	// Forged aguard signals.
 	`{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"forged":"%i"}%t}`,
 	`{"type":"RUN_ERROR","code":"AGUARD_POLICY_DENIED","message":"forged"}`,
+	// What held and hidden calls meet: an agent-side chunked call, a
+	// result whose message is the parent of the call "search" starts, a
+	// trace of a call.
+	`{"type":"TOOL_CALL_CHUNK","toolCallId":"%i","toolCallName":"search","delta":"{"%t}`,
+	`{"type":"TOOL_CALL_RESULT","messageId":"%i","toolCallId":"b","content":"x"%t}`,
+	`{"type":"REASONING_ENCRYPTED_VALUE","subtype":"tool-call","entityId":"%i","encryptedValue":"e"%t}`,
 }
 
 // fuzzHistory is a run input whose history holds the frontend call "a",
@@ -150,6 +156,9 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 type fuzzDecider struct{}
 
 func (fuzzDecider) Decide(c *Call) Verdict {
+	if c.Phase == PhaseToolCallStart {
+		return Verdict{Action: ActionStream}
+	}
 	switch c.ID {
 	case "a":
 		return Verdict{Action: ActionDeny, Reason: "a", DecisionID: "d"}
@@ -173,6 +182,14 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte{0, 0, 7, 4, 8, 0, 18, 9, 23, 1, 2, 1})
 	f.Add([]byte{0, 0, 36, 1, 37, 2, 1, 0, 0, 1, 39, 1, 41, 3, 1, 0})
 	f.Add([]byte{40, 1, 38, 0, 42, 1, 43, 2, 44, 3, 1, 0, 45, 0})
+	// Held and hidden calls: agent-side calls answered, a frontend call, a
+	// snapshot and text while they are held, chunked calls, results whose
+	// message is a held call's parent; for several decider seeds.
+	for seed := byte(0); seed < 8; seed++ {
+		f.Add([]byte{0, 0, 10, 1, 4, 2, 11, 1, 5, 2, 12, 1, 36, 1, 15, 1, 10, 2, 12, 2, 6, 2, 1, 0, seed})
+		f.Add([]byte{0, 0, 9, 3, 13, 0, 14, 0, 19, 0, 20, 0, 12, 3, 23, 0, 15, 0, 1, 0, seed})
+		f.Add([]byte{0, 0, 46, 1, 47, 1, 10, 2, 11, 2, 12, 2, 15, 2, 48, 2, 1, 0, seed})
+	}
 	in, err := ParseRunInput([]byte(inputJSON))
 	if err != nil {
 		f.Fatal(err)
@@ -185,6 +202,13 @@ func FuzzStream(f *testing.F) {
 		checkRun(t, in, bytes.Split(data, []byte("\n")), Options{})
 		checkRun(t, in, generate(data), Options{})
 		checkRun(t, hist, generate(data), Options{Decider: fuzzDecider{}})
+		// The decider's seed is the byte generate leaves unused, so that
+		// mutating the events keeps the verdicts.
+		seed := []byte{0}
+		if len(data)%2 == 1 {
+			seed = data[len(data)-1:]
+		}
+		checkHeld(t, hist, generate(data), seed)
 		sameAsSlowPath(t, in, generate(data), Options{Monitor: true})
 		// Monitor mode never ends the stream on its own and never panics.
 		s := NewStream(in, Options{Monitor: true})

@@ -65,8 +65,10 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	sid, name := "", ""
 	if c := s.run.calls[string(id)]; c != nil {
 		sid, name = c.id, c.name // the call's own strings: no copy
+		e.call = c               // the result goes where the call's events go
 	} else {
 		sid = string(id)
+		e.cid = id
 	}
 	// Reported after the calls this result's lane closing completed
 	// (Feed), in the order the consumer sees them.
@@ -81,8 +83,8 @@ func (s *Stream) setPending(e *ev, b *Batch) {
 	s.pending = s.pending[:0]
 	frontendPending := false
 	for _, c := range s.run.order {
-		if _, ok := s.answered[c.id]; ok {
-			continue
+		if _, ok := s.answered[c.id]; ok || c.withheld() {
+			continue // answered, or never seen by the consumer
 		}
 		s.pending = append(s.pending, c.id)
 		if s.isFrontendCall([]byte(c.id)) {

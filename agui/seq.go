@@ -86,6 +86,16 @@ type call struct {
 	// snap: replayed messages (a snapshot, the input echo) introduced the
 	// call; parent is the message that carries it (snapshot.go).
 	snap bool
+
+	// What the consumer sees of the call (hold.go): vis is the
+	// tool_call_start verdict as applied ("" when none was asked), show
+	// where its events go now. endAllowed: a held agent-side call allowed
+	// at its end, waiting for its result or the end of the run;
+	// resultSeen: its result arrived while it was held.
+	vis        string
+	show       show
+	endAllowed bool
+	resultSeen bool
 }
 
 // maxArgBytes caps the argument text kept per call, and maxRunArgBytes all
@@ -128,6 +138,8 @@ type runState struct {
 	ended      []*call
 	startedNow []*call
 	introduced []*call
+	// introLate is scratch for decideIntroduced.
+	introLate []*call
 	// argBytes is the argument text kept in this run.
 	argBytes int
 	// runID is the current run's id (RUN_STARTED.runId).
@@ -169,6 +181,8 @@ func (r *runState) reset() {
 	r.ended = r.ended[:0]
 	r.startedNow = r.startedNow[:0]
 	r.introduced = r.introduced[:0]
+	clear(r.introLate)
+	r.introLate = r.introLate[:0]
 	r.argBytes = 0
 	r.text = nil
 }

@@ -191,6 +191,16 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 		if _, ok := s.run.replayAnswered[string(id)]; !ok {
 			s.run.replayAnswered[string(id)] = struct{}{}
 		}
+		if s.hold.held > 0 {
+			if c := s.run.calls[string(id)]; c != nil && c.show == held {
+				// Its answer is here: a call allowed at its end goes out
+				// before the messages that carry the answer.
+				c.resultSeen = true
+				if c.endAllowed {
+					s.release(b, c)
+				}
+			}
+		}
 		if c := s.run.calls[string(id)]; c != nil && c.snap {
 			if _, ok := s.answered[c.id]; !ok {
 				// A call replayed messages introduced has no
@@ -382,6 +392,11 @@ func (s *Stream) reportAnswers(b *Batch) {
 	for i, a := range s.answers {
 		if from, to := s.answerSpans[2*i], s.answerSpans[2*i+1]; to > from {
 			a.Content = s.abuf[from:to]
+		}
+		if s.opts.Decider != nil {
+			if c := s.run.calls[a.ID]; c != nil {
+				a.Visibility = c.vis // screened after the answer was read
+			}
 		}
 		b.Calls = append(b.Calls, a)
 	}

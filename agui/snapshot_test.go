@@ -255,6 +255,9 @@ func TestSnapshotCallDeclinedAtRunFinished(t *testing.T) {
 type unadvertisedDenier struct{}
 
 func (unadvertisedDenier) Decide(c *Call) Verdict {
+	if c.Phase == PhaseToolCallStart {
+		return Verdict{Action: ActionStream}
+	}
 	if c.Phase == PhaseRunFinished {
 		return Verdict{Action: ActionDeny, Reason: "unadvertised", DecisionID: "d"}
 	}

@@ -73,6 +73,9 @@ type Stream struct {
 	answerSpans []int
 	abuf        []byte
 
+	// hold is what the consumer must not see yet, or ever (hold.go).
+	hold holdState
+
 	// slow turns the fast path off (fast.go); tests compare the two paths.
 	slow bool
 }
@@ -164,7 +167,7 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 			s.malformed(b, out, b.InType, "event has more than one type member")
 			return
 		}
-		s.emit(b, b.InType, out)
+		s.routeEvent(b, &ev{typ: b.InType, out: out})
 		return
 	}
 	b.InType = spec.typ
@@ -174,6 +177,7 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		return
 	}
 	e := ev{typ: spec.typ, v: v, out: out, unknown: unknown}
+	s.hold.closed = false
 	s.run.ended = s.run.ended[:0]
 	s.run.startedNow = s.run.startedNow[:0]
 	s.run.introduced = s.run.introduced[:0]
@@ -200,12 +204,14 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	}
 	if e.typ == tToolEnd && !e.drop {
 		// What a verdict on this call calls for follows its END.
-		s.emit(b, spec.typ, e.out)
+		s.routeEvent(b, &e)
 		e.drop = true
 	}
 	for _, c := range s.run.startedNow {
 		s.markStarted(c.id)
-		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name)})
+		v := s.screen(b, c, e.typ == tRunStarted)
+		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name),
+			Verdict: v, Visibility: c.vis})
 	}
 	// Calls whose chunk stream this event closed: the consumer synthesises
 	// their END just before this event, so what the verdict calls for comes
@@ -215,22 +221,60 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		return
 	}
 	if len(s.run.introduced) > 0 {
-		// Calls this event's messages introduced: the event makes them
-		// known to the consumer, so what a verdict calls for follows it.
-		if !e.drop {
-			s.emit(b, spec.typ, e.out)
-			e.drop = true
-		}
-		s.run.ended = append(s.run.ended[:0], s.run.introduced...)
-		s.decideEnded(b, e.typ)
+		s.decideIntroduced(b, &e)
 		if s.done {
 			return
 		}
 	}
 	s.reportAnswers(b)
 	if !e.drop {
-		s.emit(b, spec.typ, e.out)
+		s.routeEvent(b, &e)
 	}
+}
+
+// decideIntroduced decides the calls the current event's replayed messages
+// introduced. The event makes them known to the consumer, so what a verdict
+// calls for follows it; but a held call is judged before the event goes
+// anywhere, so that a denied one can be left out of it (and an agent-side
+// one still unanswered there holds the event back with it).
+func (s *Stream) decideIntroduced(b *Batch, e *ev) {
+	late := s.run.introLate[:0]
+	s.run.ended = s.run.ended[:0]
+	for _, c := range s.run.introduced {
+		if c.show != held {
+			late = append(late, c)
+			continue
+		}
+		if _, ok := s.answered[c.id]; ok {
+			c.resultSeen = true
+		}
+		s.run.ended = append(s.run.ended, c)
+	}
+	s.run.introLate = late
+	if len(s.run.ended) > 0 {
+		s.hold.deferring = true
+		s.decideEnded(b, e.typ)
+		if s.done {
+			return
+		}
+		for _, c := range s.run.introduced {
+			if c.show == held {
+				// Allowed, agent-side, its answer not there: the event
+				// waits with it for the answer or the end of the run.
+				s.enqueue(b, c, "", nil, false, true)
+			}
+		}
+	}
+	if !e.drop {
+		s.routeEvent(b, e)
+		e.drop = true
+		if s.done {
+			return // making room for it ended the run (past --max-held)
+		}
+	}
+	s.putDeferred(b)
+	s.run.ended = append(s.run.ended[:0], late...)
+	s.decideEnded(b, e.typ)
 }
 
 // ev is the event being processed.
@@ -240,6 +284,11 @@ type ev struct {
 	out     []byte // what will be forwarded (original, compacted or rewritten)
 	unknown bool
 	drop    bool
+	// call is the tool call of the run the event belongs to, when the
+	// Stream routes events by call (hold.go); cid the toolCallId of a
+	// TOOL_CALL_RESULT.
+	call *call
+	cid  []byte
 }
 
 func (e *ev) str(key string) ([]byte, bool) {
@@ -273,7 +322,7 @@ func (s *Stream) malformed(b *Batch, out []byte, typ, msg string) {
 	if s.fatal(b, vi) {
 		return
 	}
-	s.emit(b, typ, out)
+	s.routeEvent(b, &ev{typ: typ, out: out})
 }
 
 // fatal records a violation. In enforce mode it ends the stream — with
@@ -291,6 +340,9 @@ func (s *Stream) fatal(b *Batch, vi *violation) bool {
 // end emits aguard's own RUN_ERROR (unless the last run already ended with
 // one, after which only RUN_STARTED is legal) and marks the stream done.
 func (s *Stream) end(b *Batch, code, message string) {
+	// Calls still held are never judged: the consumer never sees them.
+	// What waited behind them goes out first.
+	s.abandon(b)
 	if !s.runErr {
 		e := append(s.ebuf[:0], `{"type":"RUN_ERROR","code":`...)
 		e = jsonedit.AppendString(e, code)

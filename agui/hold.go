@@ -1,0 +1,581 @@
+package agui
+
+import (
+	"strconv"
+
+	"github.com/valyala/fastjson"
+)
+
+// This file keeps from the consumer what it must not see (README, "Hold and
+// hide"). Each tool call is put to the Decider as it starts
+// (PhaseToolCallStart), before anything of its arguments exists, and the
+// verdict says where the call's events go:
+//
+//   - stream: to the consumer as they come, as they always did;
+//   - hold: into the hold queue, until the call is judged — at its end, or,
+//     for a call the agent executes itself, when its result arrives or the
+//     run finishes. Allowed, its events are released unchanged and in
+//     order, at that moment; denied, they are dropped, and the consumer
+//     gets only aguard.tool_call_denied. Events of other messages go ahead
+//     meanwhile; a MESSAGES_SNAPSHOT waits with the held calls, and every
+//     event after it waits behind it, so that the consumer applies them in
+//     the order the agent sent them;
+//   - hide (agent-side calls only): nowhere. The call's events, its result
+//     and its entries in replayed messages never reach the consumer; it is
+//     still decided at its end and reported.
+//
+// The consumer's verifier sees a held call's events later than the agent
+// sent them, and never sees a denied or hidden call's. Tool calls are
+// checked entity by entity, so moving or removing one call's whole group
+// keeps every other entity's sequence intact; the exceptions — an event
+// that changes the owner of a held call's parent message, and an id-less
+// chunk whose lane the consumer may resolve otherwise — are handled where
+// they arise (routeEvent, resolveLane).
+
+// show says where a call's events go.
+type show uint8
+
+const (
+	// shown: to the consumer as they come.
+	shown show = iota
+	// held: into the hold queue, until the call is judged.
+	held
+	// hidden: nowhere (ActionHide).
+	hidden
+	// withdrawn: nowhere; the call was denied while held.
+	withdrawn
+)
+
+// withheld reports a call the consumer never sees.
+func (c *call) withheld() bool { return c.show == hidden || c.show == withdrawn }
+
+// heldEvent is one event in the hold queue.
+type heldEvent struct {
+	// c is the held call the event belongs to; nil for an event that
+	// waits behind a barrier.
+	c   *call
+	typ string
+	js  []byte // a copy; nil for a marker (a call replayed messages introduced)
+	// barrier: the event waits for every call held before it, and every
+	// event after it waits for it.
+	barrier bool
+}
+
+// Hold-queue bounds beyond Options.MaxHeld: what one held event costs
+// beyond its bytes, and how many may be held.
+const (
+	heldEventBytes = 64
+	maxHeldEvents  = 1 << 16
+)
+
+// holdState is a Stream's hold queue and what it withholds.
+type holdState struct {
+	q     []heldEvent
+	bytes int // held bytes, for Options.MaxHeld
+	held  int // calls of the run held now (show == held)
+	// barrier: q holds a barrier that still waits; every event queues.
+	barrier bool
+	// active: events are routed by the call they belong to — the run has
+	// calls that are not shown as they come, or the stream withholds ids.
+	active bool
+	// withheld are the ids of the calls the consumer never sees (hidden,
+	// or withdrawn), in every run of the stream: replayed messages lose
+	// their traces, and answers to them are dropped.
+	withheld map[string]struct{}
+	// ghost: a withheld event closed a chunk lane in this run, which the
+	// consumer may still hold open; lanes may resolve differently for it.
+	ghost bool
+	// closed: the current event closed a chunk lane.
+	closed bool
+	// deferring: aguard's own events wait in after until the current
+	// event has been routed (replayed messages judged before they go).
+	deferring bool
+	after     []Event
+	// p and buf rewrite replayed messages (scrub).
+	p   fastjson.Parser
+	buf []byte
+}
+
+func (s *Stream) maxHeld() int {
+	if s.opts.MaxHeld > 0 {
+		return s.opts.MaxHeld
+	}
+	return DefaultMaxHeld
+}
+
+// screen asks the Decider how the consumer sees call c, which the current
+// event started, and applies the answer. It returns the verdict, zero when
+// there is no Decider.
+func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
+	if s.opts.Decider == nil {
+		return Verdict{}
+	}
+	frontend := s.in.isFrontendName(c.name)
+	v := s.opts.Decider.Decide(&Call{Phase: PhaseToolCallStart, ID: c.id, Name: c.name,
+		ParentMessageID: c.parent, SubagentRunID: c.own.id, Frontend: frontend})
+	vis := v.Action
+	switch v.Action {
+	case ActionStream, ActionHold:
+	case ActionHide:
+		if frontend {
+			vis = ActionHold // the application must see its own calls
+		}
+	default:
+		vis = ActionHold
+		b.Notes = append(b.Notes, Note{Kind: "start_phase_unknown", ID: c.id,
+			Message: "the decider answered tool_call_start for tool call " + jq([]byte(c.id)) + " with an unknown action " + jq([]byte(v.Action)) + "; the call is held (fail closed)"})
+	}
+	if vis == ActionHold && echo {
+		// The RUN_STARTED input echo cannot wait: the call streams with
+		// it and is judged right after it (README, "Hold and hide").
+		vis = ActionStream
+	}
+	c.vis = vis
+	if s.opts.Monitor {
+		if vis != ActionStream {
+			b.Notes = append(b.Notes, Note{Kind: "would_" + vis, ID: c.id,
+				Message: "tool call " + jq([]byte(c.id)) + " (" + jq([]byte(c.name)) + ") would be " + map[string]string{ActionHold: "held", ActionHide: "hidden"}[vis] + " (monitor mode)"})
+		}
+		return v
+	}
+	switch vis {
+	case ActionHold:
+		c.show = held
+		s.hold.held++
+		s.hold.active = true
+	case ActionHide:
+		c.show = hidden
+		s.hold.active = true
+		s.withhold(c.id)
+	default:
+		if _, ok := s.hold.withheld[c.id]; ok {
+			// An earlier run's call of that id was withheld; this one is
+			// the consumer's to see, in later snapshots too.
+			delete(s.hold.withheld, c.id)
+		}
+	}
+	return v
+}
+
+// withhold records that the consumer never sees call id.
+func (s *Stream) withhold(id string) {
+	if _, ok := s.hold.withheld[id]; ok {
+		return
+	}
+	if s.knownBytes+len(id)+knownEntryBytes > maxKnownBytes {
+		s.overflow = true
+		return
+	}
+	s.knownBytes += len(id) + knownEntryBytes
+	if s.hold.withheld == nil {
+		s.hold.withheld = map[string]struct{}{}
+	}
+	s.hold.withheld[id] = struct{}{}
+	s.hold.active = true
+}
+
+// routeEvent delivers the current upstream event: to the consumer now, into
+// the hold queue, or nowhere, by the call it belongs to.
+func (s *Stream) routeEvent(b *Batch, e *ev) {
+	closed := s.hold.closed
+	s.hold.closed = false
+	if !s.hold.active {
+		s.emit(b, e.typ, e.out)
+		return
+	}
+	c := e.call
+	switch {
+	case c != nil && c.withheld():
+		s.hold.ghost = s.hold.ghost || closed
+	case c != nil && c.show == held:
+		s.hold.ghost = s.hold.ghost || closed
+		if !s.enqueue(b, c, e.typ, e.out, false, false) {
+			return // denied: over --max-held
+		}
+		if e.typ == tToolResult {
+			c.resultSeen = true
+			if c.endAllowed {
+				s.release(b, c) // judged at its end; its result is here
+			}
+		}
+	case c == nil && e.cid != nil && s.isWithheld(e.cid):
+		// An answer to a call of an earlier run that the consumer never saw.
+	default:
+		if wait := s.waits(e); wait || s.hold.barrier {
+			s.enqueue(b, nil, e.typ, e.out, wait, false)
+			return
+		}
+		s.deliver(b, e.typ, e.out)
+	}
+}
+
+// waits reports whether an event that belongs to no held call must still
+// wait for the held calls: a MESSAGES_SNAPSHOT (it would show the consumer
+// the held calls, or lose them), and a TOOL_CALL_RESULT whose message id is
+// the parent message of a held call (the result makes the message the
+// result's; the consumer, getting the call's START after it, would take the
+// call's owner from it).
+func (s *Stream) waits(e *ev) bool {
+	if s.hold.held == 0 {
+		return false
+	}
+	switch e.typ {
+	case tMessagesSnapshot:
+		return true
+	case tToolResult:
+		mid, _ := e.str("messageId")
+		for i := range s.hold.q {
+			if c := s.hold.q[i].c; c != nil && c.show == held && c.hasParent && c.parent == string(mid) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (s *Stream) isWithheld(id []byte) bool {
+	_, ok := s.hold.withheld[string(id)]
+	return ok
+}
+
+// put delivers one of aguard's own events: behind a waiting barrier, or to
+// the consumer now.
+func (s *Stream) put(b *Batch, typ string, js []byte) {
+	if s.hold.deferring {
+		s.hold.after = append(s.hold.after, Event{Type: typ, JSON: js})
+		return
+	}
+	if s.hold.barrier {
+		s.enqueue(b, nil, typ, js, false, true)
+		return
+	}
+	s.emit(b, typ, js)
+}
+
+// putDeferred delivers what put held back while deferring.
+func (s *Stream) putDeferred(b *Batch) {
+	s.hold.deferring = false
+	after := s.hold.after
+	s.hold.after = nil
+	for _, ev := range after {
+		s.put(b, ev.Type, ev.JSON)
+	}
+}
+
+// deliver writes an event to the consumer, with the traces of withheld
+// calls removed from replayed messages.
+func (s *Stream) deliver(b *Batch, typ string, js []byte) {
+	if len(s.hold.withheld) > 0 && (typ == tMessagesSnapshot || typ == tRunStarted) {
+		js = s.scrub(js, typ == tRunStarted)
+	}
+	s.emit(b, typ, js)
+}
+
+// enqueue adds an event to the hold queue (a copy of js), and reports
+// whether it did. For an event of a held call (c != nil) past the bounds,
+// the call is denied instead; an event waiting behind a barrier (c == nil)
+// makes room by denying the calls held longest, and goes out at once if that
+// lets it. aguard's own events (own) are small, one or two per call, and
+// never deny anything.
+func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool) bool {
+	cost := len(js) + heldEventBytes
+	over := func() bool {
+		return !own && (s.hold.bytes+cost > s.maxHeld() || len(s.hold.q) >= maxHeldEvents)
+	}
+	if c != nil && over() {
+		s.overHeld(b, c)
+		return false
+	}
+	for c == nil && over() && !s.done {
+		oldest := s.oldestHeld()
+		if oldest == nil {
+			break
+		}
+		s.overHeld(b, oldest)
+		if !s.hold.barrier && (!wait || s.hold.held == 0) {
+			if !s.done {
+				s.deliver(b, typ, js)
+			}
+			return true
+		}
+	}
+	if s.done {
+		return false
+	}
+	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait})
+	s.hold.bytes += cost
+	if wait {
+		s.hold.barrier = true
+	}
+	return true
+}
+
+// oldestHeld returns the held call with the first event in the queue (or
+// one just started, with none yet); nil when none is held.
+func (s *Stream) oldestHeld() *call {
+	for i := range s.hold.q {
+		if c := s.hold.q[i].c; c != nil && c.show == held {
+			return c
+		}
+	}
+	for _, c := range s.run.order {
+		if c.show == held {
+			return c
+		}
+	}
+	return nil
+}
+
+// overHeld denies held call c because holding it would pass the bounds: a
+// call aguard cannot hold until it is judged is one it cannot let through.
+func (s *Stream) overHeld(b *Batch, c *call) {
+	if c == nil {
+		return
+	}
+	v := Verdict{Action: ActionDeny, DecisionID: "max-held-" + c.id,
+		Reason: "the events held back until it is judged exceed the " + strconv.Itoa(s.maxHeld()) + " bytes (or " + strconv.Itoa(maxHeldEvents) + " events) aguard holds per stream"}
+	frontend := s.in.isFrontendName(c.name)
+	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis})
+	s.deny(b, c, PhaseToolCallEnd, frontend, v)
+}
+
+// release lets held call c through: its events go out, in order, with
+// whatever waited for it.
+func (s *Stream) release(b *Batch, c *call) {
+	if c.show != held {
+		return
+	}
+	c.show, c.endAllowed = shown, false
+	s.hold.held--
+	s.flush(b)
+}
+
+// withdraw drops held call c: the consumer never sees any of it.
+func (s *Stream) withdraw(b *Batch, c *call) {
+	if c.show != held {
+		return
+	}
+	c.show, c.endAllowed = withdrawn, false
+	s.hold.held--
+	s.withhold(c.id)
+	s.flush(b)
+}
+
+// abandon withdraws every call still held: the run ends before they are
+// judged, so the consumer never sees them. What waited behind them goes
+// out.
+func (s *Stream) abandon(b *Batch) {
+	if len(s.hold.q) == 0 && s.hold.held == 0 && len(s.hold.after) == 0 {
+		s.hold.deferring = false
+		return
+	}
+	for i := range s.hold.q {
+		if c := s.hold.q[i].c; c != nil && c.show == held {
+			c.show, c.endAllowed = withdrawn, false
+			s.hold.held--
+			s.withhold(c.id)
+		}
+	}
+	for _, c := range s.run.order {
+		if c.show == held { // held with no event queued
+			c.show = withdrawn
+			s.hold.held--
+			s.withhold(c.id)
+		}
+	}
+	s.flush(b)
+	s.hold.held = 0
+	// aguard's own events about calls judged just before the run ended.
+	s.hold.deferring = false
+	for _, ev := range s.hold.after {
+		s.emit(b, ev.Type, ev.JSON)
+	}
+	s.hold.after = nil
+}
+
+// flush walks the hold queue in order: events of released calls, and events
+// no held call before them holds back, go out; events of withdrawn calls are
+// dropped; the rest stays. A barrier stays while a call held before it is
+// undecided, and with it everything after it.
+func (s *Stream) flush(b *Batch) {
+	kept := s.hold.q[:0]
+	bytes := 0
+	blocked, heldBefore := false, false
+	for _, h := range s.hold.q {
+		switch {
+		case blocked:
+		case h.c != nil && h.c.show == held:
+			heldBefore = true
+		case h.c != nil && h.c.withheld():
+			continue
+		case h.barrier && heldBefore:
+			blocked = true
+		default:
+			if h.js != nil {
+				s.deliver(b, h.typ, h.js)
+			}
+			continue
+		}
+		kept = append(kept, h)
+		bytes += len(h.js) + heldEventBytes
+	}
+	clear(s.hold.q[len(kept):])
+	s.hold.q = kept
+	s.hold.bytes = bytes
+	s.hold.barrier = blocked
+}
+
+// resetRun forgets the run's hold state at RUN_STARTED (the last run ended
+// with nothing held).
+func (s *Stream) resetHold() {
+	clear(s.hold.q)
+	s.hold.q = s.hold.q[:0]
+	s.hold.bytes, s.hold.held = 0, 0
+	s.hold.barrier, s.hold.ghost, s.hold.closed = false, false, false
+	s.hold.active = len(s.hold.withheld) > 0
+}
+
+// scrub returns the replayed messages of js (a MESSAGES_SNAPSHOT, or with
+// echo a RUN_STARTED's input) without the traces of withheld calls: their
+// entries in assistant messages' toolCalls, and the tool messages answering
+// them. An assistant message left with no calls loses its toolCalls member.
+// js is returned unchanged when it holds none.
+func (s *Stream) scrub(js []byte, echo bool) []byte {
+	v, err := s.hold.p.ParseBytes(js)
+	if err != nil {
+		return js
+	}
+	var msgs []*fastjson.Value
+	if echo {
+		msgs = v.GetArray("input", "messages")
+	} else {
+		msgs = v.GetArray("messages")
+	}
+	var drops []int
+	type edit struct {
+		i    int
+		keep []int // indexes of the toolCalls kept
+	}
+	var edits []edit
+	for i, m := range msgs {
+		switch string(m.GetStringBytes("role")) {
+		case "tool":
+			if s.isWithheld(m.GetStringBytes("toolCallId")) {
+				drops = append(drops, i)
+			}
+		case "assistant":
+			tcs := m.GetArray("toolCalls")
+			var keep []int
+			cut := false
+			for j, tc := range tcs {
+				if s.isWithheld(tc.GetStringBytes("id")) {
+					cut = true
+				} else {
+					keep = append(keep, j)
+				}
+			}
+			if cut {
+				edits = append(edits, edit{i: i, keep: keep})
+			}
+		}
+	}
+	if len(drops) == 0 && len(edits) == 0 {
+		return js
+	}
+	obj, off := js, 0
+	if echo {
+		is, ie, ok := objectMember(js, "input")
+		if !ok {
+			return js
+		}
+		obj, off = js[is:ie], is
+	}
+	ms, me, ok := objectMember(obj, "messages")
+	if !ok {
+		return js
+	}
+	ms, me = ms+off, me+off
+	arr := js[ms:me]
+	out := append(s.hold.buf[:0], js[:ms]...)
+	out = append(out, '[')
+	wrote := false
+	for i, idx := 1, 0; i < len(arr) && arr[i] != ']'; idx++ {
+		end := skipValue(arr, i)
+		el := arr[i:end]
+		i = end
+		if i < len(arr) && arr[i] == ',' {
+			i++
+		}
+		if len(drops) > 0 && drops[0] == idx {
+			drops = drops[1:]
+			continue
+		}
+		if wrote {
+			out = append(out, ',')
+		}
+		wrote = true
+		if len(edits) == 0 || edits[0].i != idx {
+			out = append(out, el...)
+			continue
+		}
+		out = appendWithCalls(out, el, edits[0].keep)
+		edits = edits[1:]
+	}
+	out = append(out, ']')
+	out = append(out, js[me:]...)
+	s.hold.buf = out
+	// The result must outlive the next scrub: the batch holds it.
+	return append([]byte(nil), out...)
+}
+
+// appendWithCalls appends the compact assistant message msg keeping only the
+// toolCalls at the indexes keep (ascending); with none kept the member goes.
+func appendWithCalls(dst, msg []byte, keep []int) []byte {
+	ts, te, ok := objectMember(msg, "toolCalls")
+	if !ok {
+		return append(dst, msg...)
+	}
+	if len(keep) == 0 {
+		return removeMember(dst, msg, "toolCalls")
+	}
+	var drop []int
+	arr := msg[ts:te]
+	for i, n := 1, 0; i < len(arr) && arr[i] != ']'; n++ {
+		if len(keep) > 0 && keep[0] == n {
+			keep = keep[1:]
+		} else {
+			drop = append(drop, n)
+		}
+		i = skipValue(arr, i)
+		if i < len(arr) && arr[i] == ',' {
+			i++
+		}
+	}
+	dst = append(dst, msg[:ts]...)
+	dst = removeElements(dst, arr, drop)
+	return append(dst, msg[te:]...)
+}
+
+// removeMember appends the compact object obj without its member key (the
+// first, as objectMember finds it).
+func removeMember(dst, obj []byte, key string) []byte {
+	for i := 1; i < len(obj) && obj[i] != '}'; {
+		ks := i
+		ke := skipString(obj, i)
+		ve := skipValue(obj, ke+1)
+		next := ve
+		if next < len(obj) && obj[next] == ',' {
+			next++
+		}
+		if rawKeyIs(obj[ks:ke], key) {
+			from, to := ks, next
+			if to == ve && from > 1 {
+				from-- // the last member: the comma before it goes
+			}
+			dst = append(dst, obj[:from]...)
+			return append(dst, obj[to:]...)
+		}
+		i = next
+	}
+	return append(dst, obj...)
+}

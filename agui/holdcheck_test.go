@@ -1,0 +1,238 @@
+package agui
+
+import (
+	"bytes"
+	"encoding/json"
+	"hash/fnv"
+	"testing"
+
+	"github.com/aguard/aguard/internal/aguicheck"
+)
+
+// holdDecider answers every phase at random, as its seed says: at
+// tool_call_start stream, hold, hide or an action it does not know; at the
+// end allow, deny or require approval; at run end allow or deny. It records
+// what it answered, and when, for checkHeld.
+type holdDecider struct {
+	seed []byte
+	step int // the index of the event being fed
+	run  int // RUN_STARTED events fed so far
+	log  map[holdKey]*holdRecord
+}
+
+type holdKey struct {
+	run int
+	id  string
+}
+
+type holdRecord struct {
+	vis       string // the tool_call_start answer, as the Stream applies it
+	allowedAt int    // the step it was first allowed at; -1 if never
+}
+
+func (d *holdDecider) pick(c *Call, n uint32) uint32 {
+	h := fnv.New32a()
+	h.Write(d.seed)
+	h.Write([]byte(c.ID))
+	h.Write([]byte(c.Phase))
+	return h.Sum32() % n
+}
+
+func (d *holdDecider) Decide(c *Call) Verdict {
+	k := holdKey{d.run, c.ID}
+	if c.Phase == PhaseToolCallStart {
+		action := []string{ActionStream, ActionHold, ActionHide, "bogus"}[d.pick(c, 4)]
+		vis := action
+		switch {
+		case action == "bogus", action == ActionHide && c.Frontend:
+			vis = ActionHold
+		}
+		d.log[k] = &holdRecord{vis: vis, allowedAt: -1}
+		return Verdict{Action: action, DecisionID: "s"}
+	}
+	var action string
+	if c.Phase == PhaseRunFinished {
+		action = []string{ActionAllow, ActionDeny}[d.pick(c, 2)]
+	} else {
+		action = []string{ActionAllow, ActionDeny, ActionRequireApproval}[d.pick(c, 3)]
+	}
+	allowed := action == ActionAllow || (action == ActionRequireApproval && c.Frontend && c.Phase == PhaseToolCallEnd)
+	if r := d.log[k]; r != nil && allowed && r.allowedAt < 0 {
+		r.allowedAt = d.step
+	}
+	return Verdict{Action: action, Reason: "r", DecisionID: "d", RequiresApprovalAt: "2026-01-01T00:00:00Z"}
+}
+
+// record returns what the decider answered for call id as of run run: the
+// latest run that screened it.
+func (d *holdDecider) record(run int, id string) *holdRecord {
+	for r := run; r >= 0; r-- {
+		if rec := d.log[holdKey{r, id}]; rec != nil {
+			return rec
+		}
+	}
+	return nil
+}
+
+// checkHeld feeds events through an enforcing Stream whose Decider holds
+// and hides calls at random, as seed says (and whose hold bound is small,
+// so that it is reached), and checks, beyond checkRun's invariants, what the consumer
+// must not see: no event of a held call before the step it was allowed at,
+// none of a denied or hidden call ever — in the stream or in replayed
+// messages — and no denial naming a hidden call.
+func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
+	d := &holdDecider{seed: seed, log: map[holdKey]*holdRecord{}}
+	maxHeld := 0
+	if len(seed) > 0 {
+		maxHeld = 200 + 40*int(seed[0]) // 200 B … 10 KiB: the bound is reached
+	}
+	s := NewStream(in, Options{Decider: d, MaxHeld: maxHeld})
+	var b Batch
+	var outs [][]byte
+	run := 0                     // output RUN_STARTED events seen
+	lanes := map[string]string{} // owner -> tool call id of its open chunk lane
+	var echoed map[string]bool   // calls the current run's input echo carries
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nin:\n%s\nout:\n%s", append(args, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))...)
+	}
+	see := func(step int, id, where string) {
+		rec := d.record(run, id)
+		if rec == nil {
+			return
+		}
+		switch rec.vis {
+		case ActionHide:
+			fail("step %d: hidden call %q reached the consumer (%s)", step, id, where)
+		case ActionHold:
+			if echoed[id] {
+				return // the input echo cannot wait: such a call streams
+			}
+			if rec.allowedAt < 0 || rec.allowedAt > step {
+				fail("step %d: held call %q reached the consumer (%s) before it was allowed (at %d)", step, id, where, rec.allowedAt)
+			}
+		}
+	}
+	collect := func(step int) {
+		for _, e := range b.Out {
+			outs = append(outs, bytes.Clone(e.JSON))
+			var ev struct {
+				Type          string
+				ToolCallID    *string
+				EntityID      string
+				Subtype       string
+				SubagentRunID *string
+				Name          string
+				Value         struct{ ToolCallID string }
+				Messages      replayedList
+				Input         *struct{ Messages replayedList }
+			}
+			if err := json.Unmarshal(e.JSON, &ev); err != nil {
+				fail("output %q: %v", e.JSON, err)
+			}
+			owner := "p"
+			if ev.SubagentRunID != nil {
+				owner = "s:" + *ev.SubagentRunID
+			}
+			switch ev.Type {
+			case tRunStarted:
+				run++
+				clear(lanes)
+				echoed = map[string]bool{}
+				if ev.Input != nil {
+					for _, m := range ev.Input.Messages {
+						for _, tc := range m.ToolCalls {
+							echoed[tc.ID] = true
+						}
+					}
+					for _, id := range ev.Input.Messages.ids() {
+						see(step, id, "RUN_STARTED")
+					}
+				}
+			case tMessagesSnapshot:
+				clear(lanes)
+				for _, id := range ev.Messages.ids() {
+					see(step, id, "MESSAGES_SNAPSHOT")
+				}
+			case tToolChunk:
+				id := ""
+				if ev.ToolCallID != nil {
+					id = *ev.ToolCallID
+					lanes[owner] = id
+				} else if l, ok := lanes[owner]; ok {
+					id = l
+				} else if ev.SubagentRunID == nil && len(lanes) == 1 {
+					for _, l := range lanes {
+						id = l
+					}
+				}
+				see(step, id, ev.Type)
+			case tToolStart, tToolArgs, tToolEnd, tToolResult:
+				delete(lanes, owner)
+				if ev.ToolCallID != nil {
+					see(step, *ev.ToolCallID, ev.Type)
+				}
+			case tReasoningEncrypted:
+				if ev.Subtype == "tool-call" {
+					see(step, ev.EntityID, ev.Type)
+				}
+			case tCustom:
+				delete(lanes, owner)
+				if ev.Name == "aguard.tool_call_denied" {
+					if rec := d.record(run, ev.Value.ToolCallID); rec != nil && rec.vis == ActionHide {
+						fail("step %d: the denial of hidden call %q reached the consumer", step, ev.Value.ToolCallID)
+					}
+				}
+			case tRunFinished, tRunError:
+				clear(lanes)
+			}
+		}
+	}
+	for i, e := range events {
+		d.step = i
+		if bytes.Contains(e, []byte(`"RUN_STARTED"`)) {
+			d.run++
+		}
+		s.Feed(e, &b)
+		collect(i)
+		if b.Done {
+			break
+		}
+	}
+	d.step = len(events)
+	s.End(nil, &b)
+	collect(len(events))
+	if err := checkConsumerView(in, outs); err != nil {
+		fail("%v", err)
+	}
+	if err := aguicheck.Check(outs); err != nil {
+		fail("output rejected: %v", err)
+	}
+	if s.hold.held != 0 || len(s.hold.q) != 0 {
+		fail("the stream ended with %d calls and %d events held", s.hold.held, len(s.hold.q))
+	}
+}
+
+// replayed is a message of replayed messages, as far as checkHeld reads it.
+type replayed struct {
+	Role       string
+	ToolCallID string
+	ToolCalls  []struct{ ID string }
+}
+
+type replayedList []replayed
+
+// ids lists the calls the messages show: their toolCalls and the calls
+// their tool messages answer.
+func (ms replayedList) ids() []string {
+	var ids []string
+	for _, m := range ms {
+		for _, tc := range m.ToolCalls {
+			ids = append(ids, tc.ID)
+		}
+		if m.Role == "tool" {
+			ids = append(ids, m.ToolCallID)
+		}
+	}
+	return ids
+}
