@@ -1,13 +1,16 @@
 // Package policy decides, with Open Policy Agent policies evaluated in
-// process, what aguard does with a tool call: allow it, deny it, or hold it
-// for a reviewer's approval.
+// process, what aguard does with a tool call: as it starts, whether the
+// consumer sees it as it streams, only once it is judged, or never; once its
+// arguments are complete, allow it, deny it, or hold it for a reviewer's
+// approval.
 //
 // An Engine loads a folder of Rego policies and data files, a bundle file,
 // or the default set embedded from package policies, prepares the query
 // data.aguard.decision once, and evaluates it for each call with an Input
 // shaped as in the README's "Policies" section. It fails closed: whatever
 // keeps the policy from deciding — an evaluation error, a timeout, an output
-// of the wrong shape, no policy — is a deny that carries the error. It
+// of the wrong shape, no policy — is a deny that carries the error (a hold,
+// as a call starts). It
 // watches a folder (fsnotify, polling as a fallback) and keeps the last good
 // policy serving when a new one does not compile (Status, Ready report why).
 //
@@ -22,7 +25,8 @@
 // Rego unit tests as `opa test` does.
 //
 // The package does not read the event stream, emit events, keep the tool-call
-// ledger or wait for approvals: the proxy calls Decide at TOOL_CALL_END and, for
-// unadvertised calls still pending, at RUN_FINISHED, and acts on the Decision.
+// ledger or wait for approvals: the proxy calls Decide as a call starts, at
+// TOOL_CALL_END and, for unadvertised calls still pending, at RUN_FINISHED,
+// and acts on the Decision.
 // It holds no global state; everything belongs to an Engine.
 package policy

@@ -20,7 +20,20 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 )
 
-// Actions a decision can carry.
+// Phases: when a call is put to the policy (Input.Phase).
+const (
+	// PhaseToolCallStart: the call has started; nothing of its arguments
+	// is known. The policy says how the consumer sees it: ActionStream,
+	// ActionHold or ActionHide.
+	PhaseToolCallStart = "tool_call_start"
+	// PhaseToolCallEnd: the call's arguments are complete.
+	PhaseToolCallEnd = "tool_call_end"
+	// PhaseRunFinished: the run finished with the call, to a tool the
+	// input did not advertise, unanswered.
+	PhaseRunFinished = "run_finished"
+)
+
+// Actions a decision can carry at PhaseToolCallEnd and PhaseRunFinished.
 const (
 	// ActionAllow lets the call go ahead.
 	ActionAllow = "allow"
@@ -29,6 +42,23 @@ const (
 	ActionDeny = "deny"
 	// ActionRequireApproval holds the call until a reviewer approves it.
 	ActionRequireApproval = "require_approval"
+)
+
+// Actions a decision can carry at PhaseToolCallStart (README, "Hold and
+// hide"). An undefined decision, or one without an action, is ActionStream;
+// a policy that answers allow there streams the call, and one that answers
+// deny or require_approval holds it (it objects to the call before seeing
+// its arguments: the consumer sees nothing of it until it is judged).
+const (
+	// ActionStream: the consumer sees the call as the agent streams it.
+	ActionStream = "stream"
+	// ActionHold: the consumer sees nothing of the call until it is
+	// judged; a denied call only as its denial. Decide also returns it
+	// whenever the policy could not decide at this phase (fail closed).
+	ActionHold = "hold"
+	// ActionHide: the consumer never sees the call (a call the agent
+	// executes itself; for a frontend call aguard holds instead).
+	ActionHide = "hide"
 )
 
 // defaultTimeout bounds one evaluation when Options.Timeout is zero.
@@ -237,6 +267,16 @@ type evalRecord struct {
 }
 
 func (e *Engine) decide(ctx context.Context, in *Input, rec *evalRecord) Decision {
+	d := e.evaluate(ctx, in, rec)
+	if in != nil && in.Phase == PhaseToolCallStart && d.Err != nil {
+		// Not knowing how the consumer may see a call, show it nothing
+		// until it is judged with its arguments.
+		d.Action = ActionHold
+	}
+	return d
+}
+
+func (e *Engine) evaluate(ctx context.Context, in *Input, rec *evalRecord) Decision {
 	d := Decision{DecisionID: newDecisionID()}
 	p := e.current.Load()
 	if p == nil {
@@ -287,7 +327,7 @@ func (e *Engine) decide(ctx context.Context, in *Input, rec *evalRecord) Decisio
 	if rec != nil && len(rs) == 1 && len(rs[0].Expressions) > 0 {
 		rec.result = rs[0].Expressions[0].Value
 	}
-	if err := d.fromResult(rs); err != nil {
+	if err := d.fromResult(rs, in.Phase); err != nil {
 		return failClosed(d, "policy returned an invalid decision",
 			fmt.Errorf("policy: %v for call %q (tool %q) at revision %s: %w",
 				decisionRef, in.Call.ID, in.Call.Name, p.revision, err))
@@ -310,8 +350,11 @@ func eval(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value, txn s
 	return q.Eval(ctx, rego.EvalParsedInput(input))
 }
 
-// fromResult reads the policy's output into d.
-func (d *Decision) fromResult(rs rego.ResultSet) error {
+// fromResult reads the policy's output at phase into d.
+func (d *Decision) fromResult(rs rego.ResultSet, phase string) error {
+	if phase == PhaseToolCallStart {
+		return d.fromStartResult(rs)
+	}
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
 		return errors.New("the decision is undefined (add a default decision)")
 	}
@@ -352,6 +395,46 @@ func (d *Decision) fromResult(rs rego.ResultSet) error {
 		}
 	}
 	d.Action, d.Reason, d.ApprovalTimeout = action, reason, timeout
+	return nil
+}
+
+// fromStartResult reads the policy's output at PhaseToolCallStart into d:
+// undefined, or without an action, is ActionStream; allow streams; deny and
+// require_approval hold.
+func (d *Decision) fromStartResult(rs rego.ResultSet) error {
+	d.Action, d.Reason = ActionStream, ""
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil
+	}
+	if len(rs) > 1 {
+		return fmt.Errorf("the query has %d results, want one", len(rs))
+	}
+	out, ok := rs[0].Expressions[0].Value.(map[string]any)
+	if !ok {
+		return fmt.Errorf("the decision is %s, want an object", typeName(rs[0].Expressions[0].Value))
+	}
+	if r, present := out["reason"]; present {
+		if d.Reason, ok = r.(string); !ok {
+			return fmt.Errorf("decision.reason is %s, want a string", typeName(r))
+		}
+	}
+	a, present := out["action"]
+	if !present {
+		return nil
+	}
+	action, ok := a.(string)
+	switch {
+	case !ok:
+		return fmt.Errorf("decision.action is %s, want a string", typeName(a))
+	case action == ActionStream || action == ActionHold || action == ActionHide:
+		d.Action = action
+	case action == ActionAllow:
+		d.Action = ActionStream
+	case action == ActionDeny || action == ActionRequireApproval:
+		d.Action = ActionHold
+	default:
+		return fmt.Errorf("decision.action at %s is %q, want %q, %q or %q", PhaseToolCallStart, action, ActionStream, ActionHold, ActionHide)
+	}
 	return nil
 }
 

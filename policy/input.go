@@ -9,13 +9,15 @@ import (
 )
 
 // Input is the document a policy sees as `input`, field for field the shape of
-// the design's §4. Its JSON encoding is what the policy sees, with two
-// normalisations: a nil slice or map is seen as an empty array or object, and a
-// nil json.RawMessage as null.
+// the README's "Policies" section. Its JSON encoding is what the policy sees,
+// with two normalisations: a nil slice or map is seen as an empty array or
+// object, and a nil json.RawMessage as null. At PhaseToolCallStart the policy
+// sees no arguments: call has only id, name, parentMessageId and
+// subagentRunId, and there is no schema.
 type Input struct {
-	// Phase is "tool_call_end" (the call's arguments are complete) or
-	// "run_finished" (an unadvertised call is still unanswered as the run
-	// finishes).
+	// Phase is PhaseToolCallStart (the call has started), PhaseToolCallEnd
+	// (its arguments are complete) or PhaseRunFinished (an unadvertised
+	// call is still unanswered as the run finishes).
 	Phase string `json:"phase"`
 	// Call is the tool call being decided.
 	Call CallInput `json:"call"`
@@ -133,6 +135,22 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		argsErr = ast.StringTerm(*in.Call.ArgumentsError)
 	}
 
+	if in.Phase == PhaseToolCallStart {
+		// Nothing of the arguments exists yet.
+		call := ast.NewObject(
+			item("id", ast.StringTerm(in.Call.ID)),
+			item("name", ast.StringTerm(in.Call.Name)),
+			item("parentMessageId", ast.StringTerm(in.Call.ParentMessageID)),
+			item("subagentRunId", ast.StringTerm(in.Call.SubagentRunID)),
+		)
+		return ast.NewObject(
+			item("phase", ast.StringTerm(in.Phase)),
+			item("call", ast.NewTerm(call)),
+			item("tool", ast.NewTerm(in.toolTerm(params))),
+			item("run", ast.NewTerm(in.runTerm())),
+			item("request", ast.NewTerm(in.requestTerm())),
+		), nil
+	}
 	call := ast.NewObject(
 		item("id", ast.StringTerm(in.Call.ID)),
 		item("name", ast.StringTerm(in.Call.Name)),
@@ -143,41 +161,50 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		item("subagentRunId", ast.StringTerm(in.Call.SubagentRunID)),
 		item("reopened", ast.InternedTerm(in.Call.Reopened)),
 	)
-	tool := ast.NewObject(
-		item("advertised", ast.InternedTerm(in.Tool.Advertised)),
-		item("frontend", ast.InternedTerm(in.Tool.Frontend)),
-		item("description", ast.StringTerm(in.Tool.Description)),
-		item("parameters", params),
-	)
 	schema := ast.NewObject(
 		item("checked", ast.InternedTerm(in.Schema.Checked)),
 		item("valid", ast.InternedTerm(in.Schema.Valid)),
 		item("errors", stringsTerm(in.Schema.Errors)),
 	)
-	run := ast.NewObject(
+	return ast.NewObject(
+		item("phase", ast.StringTerm(in.Phase)),
+		item("call", ast.NewTerm(call)),
+		item("tool", ast.NewTerm(in.toolTerm(params))),
+		item("schema", ast.NewTerm(schema)),
+		item("run", ast.NewTerm(in.runTerm())),
+		item("request", ast.NewTerm(in.requestTerm())),
+	), nil
+}
+
+func (in *Input) toolTerm(params *ast.Term) ast.Object {
+	return ast.NewObject(
+		item("advertised", ast.InternedTerm(in.Tool.Advertised)),
+		item("frontend", ast.InternedTerm(in.Tool.Frontend)),
+		item("description", ast.StringTerm(in.Tool.Description)),
+		item("parameters", params),
+	)
+}
+
+func (in *Input) runTerm() ast.Object {
+	return ast.NewObject(
 		item("threadId", ast.StringTerm(in.Run.ThreadID)),
 		item("runId", ast.StringTerm(in.Run.RunID)),
 		item("protocolVersion", ast.StringTerm(in.Run.ProtocolVersion)),
 		item("advertisedTools", stringsTerm(in.Run.AdvertisedTools)),
 		item("route", ast.StringTerm(in.Run.Route)),
 	)
+}
+
+func (in *Input) requestTerm() ast.Object {
 	headers := ast.NewObjectWithCapacity(len(in.Request.Headers))
 	for k, v := range in.Request.Headers {
 		headers.Insert(ast.StringTerm(strings.ToLower(k)), ast.StringTerm(v))
 	}
-	request := ast.NewObject(
+	return ast.NewObject(
 		item("path", ast.StringTerm(in.Request.Path)),
 		item("headers", ast.NewTerm(headers)),
 		item("remoteAddr", ast.StringTerm(in.Request.RemoteAddr)),
 	)
-	return ast.NewObject(
-		item("phase", ast.StringTerm(in.Phase)),
-		item("call", ast.NewTerm(call)),
-		item("tool", ast.NewTerm(tool)),
-		item("schema", ast.NewTerm(schema)),
-		item("run", ast.NewTerm(run)),
-		item("request", ast.NewTerm(request)),
-	), nil
 }
 
 func item(key string, value *ast.Term) [2]*ast.Term {

@@ -140,6 +140,9 @@ func (o *opaRuntime) decide(ctx context.Context, e *Engine, in *Input) Decision 
 	if err != nil {
 		d := failClosed(Decision{DecisionID: newDecisionID(), Revision: e.servingRevision()}, "policy evaluation failed",
 			fmt.Errorf("policy: open OPA's store: %w", err))
+		if in != nil && in.Phase == PhaseToolCallStart {
+			d.Action = ActionHold
+		}
 		o.log(ctx, e, in, &d, &evalRecord{})
 		return d
 	}

@@ -14,8 +14,8 @@ import (
 )
 
 // decider puts a stream's tool calls to the policy engine: it builds the
-// policy input of design §4 from the call, the run input and the request, and
-// turns the decision into the Stream's verdict. One per stream.
+// policy input (README, "Policies") from the call, the run input and the
+// request, and turns the decision into the Stream's verdict. One per stream.
 //
 // Arguments the decider cannot read whole (over the 1 MiB the Stream keeps)
 // are denied without asking the policy: a call aguard cannot inspect is one it
@@ -80,6 +80,12 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 	if advertised {
 		in.Tool.Description = tool.Description
 		in.Tool.Parameters = json.RawMessage(tool.Parameters)
+	}
+	if c.Phase == agui.PhaseToolCallStart {
+		// No arguments yet: the policy says how the consumer sees the call
+		// (stream, hold or hide; hold when it cannot say).
+		dec := d.engine.Decide(context.Background(), &in)
+		return agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID}
 	}
 	switch {
 	case c.ArgumentsTruncated:
