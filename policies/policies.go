@@ -3,7 +3,8 @@
 //
 // The set lives in the aguard/ folder (package aguard, entry point
 // data.aguard.decision) together with its Rego unit tests, and is embedded in
-// the binary. It implements the default policy of the design (§4): deny a
+// the binary. It implements the default policy (README, "Policies"): hold a
+// call to a tool the application did not advertise until it is judged, deny a
 // frontend tool call whose arguments are not JSON or do not match the tool's
 // parameters schema, decline unadvertised calls still pending when the run
 // finishes, and allow the rest.

@@ -139,6 +139,16 @@ func TestEveryPolicySetKeepsTheBaseline(t *testing.T) {
 			in.Phase, in.Tool.Advertised = "run_finished", false
 			return in
 		}, policy.ActionDeny},
+		{"unadvertised call is held as it starts", func(*policy.Engine) *policy.Input {
+			in := call("agent_tool", ``)
+			in.Phase, in.Tool.Advertised, in.Call.Arguments = policy.PhaseToolCallStart, false, nil
+			return in
+		}, policy.ActionHold},
+		{"advertised call streams as it starts", func(*policy.Engine) *policy.Input {
+			in := call("lookup", ``)
+			in.Phase, in.Tool.Frontend, in.Call.Arguments = policy.PhaseToolCallStart, true, nil
+			return in
+		}, policy.ActionStream},
 	}
 	for _, dir := range policySets(t) {
 		e := newEngine(t, dir)

@@ -108,3 +108,32 @@ test_decision_is_always_a_complete_object if {
 	d.action == "allow"
 	is_string(d.reason)
 }
+
+# tool_call_start: the input has no arguments and no schema.
+start(name, advertised) := {
+	"phase": "tool_call_start",
+	"call": {"id": "call-1", "name": name, "parentMessageId": "msg-1", "subagentRunId": ""},
+	"tool": {"advertised": advertised, "frontend": advertised, "description": "", "parameters": null},
+	"run": {"threadId": "t-1", "runId": "r-1", "protocolVersion": "1.0", "advertisedTools": ["show_chart"], "route": ""},
+	"request": {"path": "/agent", "headers": {}, "remoteAddr": "127.0.0.1:5000"},
+}
+
+test_hold_unadvertised_call_at_tool_call_start if {
+	d := aguard.decision with input as start("search_web", false)
+	d.action == "hold"
+	contains(d.reason, "\"search_web\" was not advertised")
+}
+
+test_stream_advertised_call_at_tool_call_start if {
+	aguard.decision.action == "stream" with input as start("show_chart", true)
+}
+
+test_no_deny_at_tool_call_start if {
+	# Rules about arguments cannot fire before the arguments exist, even on
+	# an input that carries the members they read.
+	inp := object.union(start("show_chart", true), {
+		"call": {"id": "call-1", "name": "show_chart", "argumentsError": "bad"},
+		"schema": {"checked": true, "valid": false, "errors": ["x"]},
+	})
+	aguard.decision.action == "stream" with input as inp
+}

@@ -13,9 +13,24 @@ package aguard
 
 default decision := {"action": "allow", "reason": "no policy rule objected to the call"}
 
-decision := {"action": "deny", "reason": concat("; ", deny)} if count(deny) > 0
+decision := {"action": "deny", "reason": concat("; ", deny)} if {
+	input.phase != "tool_call_start"
+	count(deny) > 0
+}
 
 # --- Baseline: the rules of the shipped default policy -----------------------
+
+# As a call starts (no arguments yet): hold a call to a tool the application
+# did not advertise until it is judged; stream the application's own.
+decision := {"action": "hold", "reason": sprintf("tool %q was not advertised by the application: held until it is judged", [input.call.name])} if {
+	input.phase == "tool_call_start"
+	input.tool.advertised != true
+}
+
+decision := {"action": "stream", "reason": "an advertised tool"} if {
+	input.phase == "tool_call_start"
+	input.tool.advertised == true
+}
 
 deny contains msg if {
 	input.tool.frontend == true

@@ -54,3 +54,14 @@ test_baseline_frontend_invalid_json_is_denied if {
 	])
 	aguard.decision.action == "deny" with input as inp
 }
+
+test_unadvertised_call_held_at_tool_call_start if {
+	inp := {
+		"phase": "tool_call_start",
+		"call": {"id": "c1", "name": "agent_tool", "parentMessageId": "", "subagentRunId": ""},
+		"tool": {"advertised": false, "frontend": false, "description": "", "parameters": null},
+		"run": {"threadId": "t", "runId": "r", "protocolVersion": "1.0", "advertisedTools": [], "route": ""},
+		"request": {"path": "/", "headers": {}, "remoteAddr": ""},
+	}
+	aguard.decision.action == "hold" with input as inp
+}
