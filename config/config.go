@@ -46,6 +46,7 @@ type Config struct {
 	MaxBody             int64
 	MaxEvent            int64
 	MaxMemory           int64 // bytes; 0: no budget; -1: not given (the container's limit applies)
+	MaxHeld             int64
 	DrainTimeout        time.Duration
 	Heartbeat           time.Duration
 	UpstreamTimeout     time.Duration
@@ -186,6 +187,14 @@ var Flags = []Flag{
 				return nil
 			}
 			c.MaxMemory, err = ParseSize(v)
+			return err
+		}},
+	{"max-held", "8MiB", "bytes of events one stream may hold back from the consumer while tool calls are held until judged (a call past it is denied)",
+		func(c *Config, v string) (err error) {
+			c.MaxHeld, err = ParseSize(v)
+			if err == nil && (c.MaxHeld <= 0 || c.MaxHeld > 1<<30) {
+				err = fmt.Errorf("want a size from 1B to 1GiB, got %q", v)
+			}
 			return err
 		}},
 	{"drain-timeout", "30s", "how long running streams may finish after SIGTERM",

@@ -56,6 +56,9 @@ type Options struct {
 	MaxBody int64
 	// MaxEvent is the largest single event accepted from an agent.
 	MaxEvent int64
+	// MaxHeld bounds the bytes a stream holds back while tool calls are
+	// held until judged (agui.Options.MaxHeld); 0 means 8 MiB.
+	MaxHeld int64
 	// Heartbeat is the silence after which a ": ping" comment is written.
 	Heartbeat time.Duration
 	// UpstreamTimeout bounds connecting to the agent and receiving its

@@ -141,7 +141,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunIn
 	if route == "" {
 		route = "default"
 	}
-	opts := agui.Options{Monitor: p.opt.Monitor}
+	opts := agui.Options{Monitor: p.opt.Monitor, MaxHeld: int(p.opt.MaxHeld)}
 	if p.opt.Policy != nil {
 		opts.Decider = NewDecider(p.opt.Policy, in, route, info, p.opt.ApprovalTimeout)
 		if p.opt.State != nil {

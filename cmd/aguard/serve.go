@@ -100,6 +100,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		Routes:              routes,
 		MaxBody:             cfg.MaxBody,
 		MaxEvent:            cfg.MaxEvent,
+		MaxHeld:             cfg.MaxHeld,
 		Heartbeat:           cfg.Heartbeat,
 		UpstreamTimeout:     cfg.UpstreamTimeout,
 		UpstreamIdleTimeout: cfg.UpstreamIdleTimeout,
