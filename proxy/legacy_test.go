@@ -133,7 +133,10 @@ func TestLegacyClientAcceptsPolicySignals(t *testing.T) {
 	dir := t.TempDir()
 	writePolicy(t, dir, `package aguard
 default decision := {"action": "allow"}
-decision := {"action": "deny", "reason": "no"} if input.call.name == "confirm_order"
+decision := {"action": "deny", "reason": "no"} if {
+	input.phase == "tool_call_end"
+	input.call.name == "confirm_order"
+}
 decision := {"action": "require_approval", "reason": "review"} if input.call.name == "transfer"
 `)
 	engine, err := policy.New(context.Background(), policy.Options{Dir: dir})

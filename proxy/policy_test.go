@@ -128,17 +128,17 @@ func TestPolicyActionsEndToEnd(t *testing.T) {
 			{name: "frontend call without argument text is checked as {}", run: "noargs",
 				events: callRun("noargs", "confirm_order", ``, false),
 				want:   []string{`"name":"aguard.tool_call_denied"`, `do not match its parameters schema`, `orderId`}, pending: ""},
-			{name: "unadvertised call left pending declined at run end", run: "unadv",
+			{name: "unadvertised call held, then declined at run end: only its denial is seen", run: "unadv",
 				events: callRun("unadv", "rm_rf", `{}`, false),
-				want:   []string{`"TOOL_CALL_END"`, `"name":"aguard.tool_call_denied"`, `was not advertised`, `"TOOL_CALL_RESULT"`, `"RUN_FINISHED"`}, pending: ""},
+				want:   []string{`"RUN_STARTED"`, `"name":"aguard.tool_call_denied"`, `was not advertised`, `"RUN_FINISHED"`}, pending: ""},
 			{name: "agent-side call answered in-stream allowed", run: "agent",
 				events: callRun("agent", "lookup", `{}`, true),
 				want:   []string{`"TOOL_CALL_RESULT","messageId":"tm-agent"`, `"RUN_FINISHED"`}, pending: ""},
 		}},
 		{customEngine, false, []policyCase{
-			{name: "agent-side call denied ends the run", run: "shell",
+			{name: "agent-side call denied ends the run (held: the policy objects to it by name)", run: "shell",
 				events: callRun("shell", "shell", `{"cmd":"ls"}`, true),
-				want:   []string{`"TOOL_CALL_END"`, `"code":"AGUARD_POLICY_DENIED"`}, pending: "-"},
+				want:   []string{`"name":"aguard.tool_call_denied"`, `"code":"AGUARD_POLICY_DENIED"`}, pending: "-"},
 			{name: "approval required for bob", run: "approve", user: "bob",
 				events: callRun("approve", "confirm_order", `{"orderId":"A-17"}`, false),
 				want:   []string{`"name":"aguard.approval_required"`, `"reason":"bob needs a reviewer"`, `"pendingToolCallIds":["call-approve"]`}, pending: "call-approve"},
@@ -181,6 +181,9 @@ func TestPolicyActionsEndToEnd(t *testing.T) {
 					break
 				}
 				at += i + len(w)
+			}
+			if (c.run == "unadv" || c.run == "shell") && strings.Contains(stream, `"TOOL_CALL_`) {
+				t.Errorf("%s: the consumer saw a held call that was denied:\n%s", c.name, stream)
 			}
 			if c.run == "monitor" && (strings.Contains(stream, "aguard.") || len(got) != len(c.events)) {
 				t.Errorf("monitor mode changed the stream:\n%s", stream)
