@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -79,6 +80,44 @@ func BenchmarkRunFinishedRewrite(b *testing.B) {
 		s.Feed(fin, &batch)
 		if len(batch.Out) != 1 || len(batch.Notes) != 1 {
 			b.Fatalf("batch = %+v", batch)
+		}
+	}
+}
+
+// BenchmarkFeedHeldToolCall: BenchmarkFeedToolCall's group for a call held
+// as it starts (a Decider answering hold, then allow), released whole when
+// its result arrives.
+func BenchmarkFeedHeldToolCall(b *testing.B) {
+	// A new id for each group (a reopened call is not put to the start
+	// phase), a new run every 1000.
+	const perRun = 1000
+	groups := make([][][]byte, perRun)
+	for i := range groups {
+		id := "call-" + strconv.Itoa(i)
+		g := [][]byte{[]byte(`{"type":"TOOL_CALL_START","toolCallId":"` + id + `","toolCallName":"search","parentMessageId":"msg-1"}`)}
+		for range 16 {
+			g = append(g, []byte(`{"type":"TOOL_CALL_ARGS","toolCallId":"`+id+`","delta":"`+strings.Repeat(`x`, 64)+`"}`))
+		}
+		g = append(g, []byte(`{"type":"TOOL_CALL_END","toolCallId":"`+id+`"}`),
+			[]byte(`{"type":"TOOL_CALL_RESULT","messageId":"tm-`+id+`","toolCallId":"`+id+`","content":"ok"}`))
+		groups[i] = g
+	}
+	s := NewStream(nil, Options{Decider: &phaseHold{start: ActionHold}})
+	var batch Batch
+	s.Feed([]byte(runStarted), &batch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		for _, e := range groups[i%perRun] {
+			s.Feed(e, &batch)
+		}
+		if batch.Done || len(batch.Out) != 19 {
+			b.Fatalf("batch = %d events, done %v", len(batch.Out), batch.Done)
+		}
+		if i%perRun == perRun-1 {
+			s.Feed([]byte(runFinished), &batch)
+			s.Feed([]byte(runStarted), &batch)
+			s.opts.Decider.(*phaseHold).phases = nil
 		}
 	}
 }

@@ -70,14 +70,14 @@ const (
 
 // holdState is a Stream's hold queue and what it withholds.
 type holdState struct {
-	q     []heldEvent
-	bytes int // held bytes, for Options.MaxHeld
-	held  int // calls of the run held now (show == held)
 	// barrier: q holds a barrier that still waits; every event queues.
 	barrier bool
 	// active: events are routed by the call they belong to — the run has
 	// calls that are not shown as they come, or the stream withholds ids.
 	active bool
+	q      []heldEvent
+	bytes  int // held bytes, for Options.MaxHeld
+	held   int // calls of the run held now (show == held)
 	// withheld are the ids of the calls the consumer never sees (hidden,
 	// or withdrawn), in every run of the stream: replayed messages lose
 	// their traces, and answers to them are dropped.
@@ -122,7 +122,7 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		}
 	default:
 		vis = ActionHold
-		b.Notes = append(b.Notes, Note{Kind: "start_phase_unknown", ID: c.id,
+		b.Notes = append(b.Notes, Note{Kind: "unknown_start_action", ID: c.id,
 			Message: "the decider answered tool_call_start for tool call " + jq([]byte(c.id)) + " with an unknown action " + jq([]byte(v.Action)) + "; the call is held (fail closed)"})
 	}
 	if vis == ActionHold && echo {
@@ -177,12 +177,17 @@ func (s *Stream) withhold(id string) {
 // routeEvent delivers the current upstream event: to the consumer now, into
 // the hold queue, or nowhere, by the call it belongs to.
 func (s *Stream) routeEvent(b *Batch, e *ev) {
-	closed := s.hold.closed
-	s.hold.closed = false
 	if !s.hold.active {
-		s.emit(b, e.typ, e.out)
+		// Nothing held or withheld: out at once (most streams, always).
+		b.Out = append(b.Out, Event{Type: e.typ, JSON: e.out})
 		return
 	}
+	s.routeHeld(b, e)
+}
+
+func (s *Stream) routeHeld(b *Batch, e *ev) {
+	closed := s.hold.closed
+	s.hold.closed = false
 	c := e.call
 	switch {
 	case c != nil && c.withheld():

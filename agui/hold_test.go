@@ -286,7 +286,7 @@ func TestUnknownStartActionHolds(t *testing.T) {
 	steps, r := stepwise(t, mustInput(t, inputJSON), Options{Decider: d}, runStarted, confirmStart, confirmEnd, runFinished)
 	wantSteps(t, steps, []string{runStarted}, nil, []string{confirmStart, confirmEnd},
 		[]string{`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1","outcome":{"type":"success","pendingToolCallIds":["c1"]}}`}, nil)
-	if noteCount(r, "start_phase_unknown") != 1 {
+	if noteCount(r, "unknown_start_action") != 1 {
 		t.Errorf("notes = %+v", r.notes)
 	}
 }

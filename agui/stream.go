@@ -73,11 +73,11 @@ type Stream struct {
 	answerSpans []int
 	abuf        []byte
 
-	// hold is what the consumer must not see yet, or ever (hold.go).
-	hold holdState
-
 	// slow turns the fast path off (fast.go); tests compare the two paths.
 	slow bool
+	// hold is what the consumer must not see yet, or ever (hold.go). Its
+	// first field is read, with slow, for every event the fast path takes.
+	hold holdState
 }
 
 // Per-stream bounds: whatever an agent sends, a stream's memory stays
@@ -209,9 +209,12 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 	}
 	for _, c := range s.run.startedNow {
 		s.markStarted(c.id)
-		v := s.screen(b, c, e.typ == tRunStarted)
-		b.Calls = append(b.Calls, CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name),
-			Verdict: v, Visibility: c.vis})
+		ce := CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name)}
+		if s.opts.Decider != nil {
+			ce.Verdict = s.screen(b, c, e.typ == tRunStarted)
+			ce.Visibility = c.vis
+		}
+		b.Calls = append(b.Calls, ce)
 	}
 	// Calls whose chunk stream this event closed: the consumer synthesises
 	// their END just before this event, so what the verdict calls for comes
