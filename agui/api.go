@@ -228,8 +228,10 @@ const (
 	// because there is no Decider.
 	CallDecided CallEventKind = "decided"
 	// CallAnswered: a TOOL_CALL_RESULT for the call reached the consumer,
-	// or, for a call replayed messages started, a tool message for it did.
-	// Content holds its content (a JSON string or array of parts).
+	// or, for a call replayed messages started, a tool message for it did —
+	// or would have, had aguard not kept the call from the consumer (a
+	// hidden call's result is reported all the same). Content holds its
+	// content (a JSON string or array of parts).
 	CallAnswered CallEventKind = "answered"
 )
 

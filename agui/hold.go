@@ -138,6 +138,12 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		}
 		return v
 	}
+	if _, ok := s.hold.withheld[c.id]; ok {
+		// An earlier run's call of that id was withheld; this one is the
+		// consumer's to see, in later snapshots too, unless it is withheld
+		// in its turn.
+		delete(s.hold.withheld, c.id)
+	}
 	switch vis {
 	case ActionHold:
 		c.show = held
@@ -147,12 +153,6 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		c.show = hidden
 		s.hold.active = true
 		s.withhold(c.id)
-	default:
-		if _, ok := s.hold.withheld[c.id]; ok {
-			// An earlier run's call of that id was withheld; this one is
-			// the consumer's to see, in later snapshots too.
-			delete(s.hold.withheld, c.id)
-		}
 	}
 	return v
 }
@@ -444,7 +444,9 @@ func (s *Stream) resetHold() {
 // echo a RUN_STARTED's input) without the traces of withheld calls: their
 // entries in assistant messages' toolCalls, and the tool messages answering
 // them. An assistant message left with no calls loses its toolCalls member.
-// js is returned unchanged when it holds none.
+// The application's own history stays: agents number calls per run, so a
+// withheld call may share its id with a call the input carries, in the same
+// message, and with its answers. js is returned unchanged when it holds none.
 func (s *Stream) scrub(js []byte, echo bool) []byte {
 	v, err := s.hold.p.ParseBytes(js)
 	if err != nil {
@@ -465,7 +467,7 @@ func (s *Stream) scrub(js []byte, echo bool) []byte {
 	for i, m := range msgs {
 		switch string(m.GetStringBytes("role")) {
 		case "tool":
-			if s.isWithheld(m.GetStringBytes("toolCallId")) {
+			if id := m.GetStringBytes("toolCallId"); s.isWithheld(id) && !s.in.ownToolMessage(id, m.GetStringBytes("id")) {
 				drops = append(drops, i)
 			}
 		case "assistant":
@@ -473,7 +475,7 @@ func (s *Stream) scrub(js []byte, echo bool) []byte {
 			var keep []int
 			cut := false
 			for j, tc := range tcs {
-				if s.isWithheld(tc.GetStringBytes("id")) {
+				if id := tc.GetStringBytes("id"); s.isWithheld(id) && !s.in.ownCall(id, m.GetStringBytes("id")) {
 					cut = true
 				} else {
 					keep = append(keep, j)

@@ -460,3 +460,50 @@ func TestRunStartedEchoCannotWait(t *testing.T) {
 	_, r = stepwise(t, mustInput(t, inputJSON), Options{Decider: d}, echo(s1), runFinished)
 	wantOut(t, r, echo(""), runFinished)
 }
+
+// TestHeldCallReusingAWithheldID: a call hidden in one run, and a call of the
+// same id held and allowed in the next: the second is the consumer's, in
+// later snapshots too.
+func TestHeldCallReusingAWithheldID(t *testing.T) {
+	d := &runStart{starts: []string{ActionHide, ActionHold}}
+	withCall := `{"id":"m1","role":"assistant","toolCalls":[{"id":"s1","type":"function","function":{"name":"shell","arguments":"{}"}}]}`
+	run2 := `{"type":"RUN_STARTED","threadId":"t1","runId":"r2"}`
+	_, r := stepwise(t, mustInput(t, inputJSON), Options{Decider: d},
+		runStarted, shellStart, shellEnd, shellResult, runFinished,
+		run2, shellStart, shellEnd, shellResult, snapshot(msgUser, withCall), `{"type":"RUN_FINISHED","threadId":"t1","runId":"r2"}`)
+	wantOut(t, r, runStarted, runFinished, run2, shellStart, shellEnd, shellResult, snapshot(msgUser, withCall),
+		`{"type":"RUN_FINISHED","threadId":"t1","runId":"r2"}`)
+}
+
+// runStart answers tool_call_start with starts in turn, allow otherwise.
+type runStart struct {
+	starts []string
+	n      int
+}
+
+func (d *runStart) Decide(c *Call) Verdict {
+	if c.Phase != PhaseToolCallStart {
+		return Verdict{Action: ActionAllow}
+	}
+	d.n++
+	return Verdict{Action: d.starts[(d.n-1)%len(d.starts)]}
+}
+
+// TestWithheldIDKeepsTheHistorysCall: agents number calls per run, so a
+// hidden call may share its id with a call of the application's history; a
+// snapshot replaying both keeps the history's (in its message, with its
+// answer) and loses only the hidden one.
+func TestWithheldIDKeepsTheHistorysCall(t *testing.T) {
+	in := mustInput(t, `{"threadId":"t1","runId":"r2","protocolVersion":"1.0","messages":[`+
+		`{"id":"a0","role":"assistant","toolCalls":[{"id":"call_0","type":"function","function":{"name":"shell","arguments":"{}"}}]},`+
+		`{"id":"t0","role":"tool","toolCallId":"call_0","content":"old"}],"tools":[]}`)
+	d := &byName{start: map[string]string{"shell": ActionHide}}
+	history := []string{`{"id":"a0","role":"assistant","toolCalls":[{"id":"call_0","type":"function","function":{"name":"shell","arguments":"{}"}}]}`,
+		`{"id":"t0","role":"tool","toolCallId":"call_0","content":"old"}`}
+	fresh := []string{`{"id":"a1","role":"assistant","content":"x","toolCalls":[{"id":"call_0","type":"function","function":{"name":"shell","arguments":"{}"}}]}`,
+		`{"id":"t1","role":"tool","toolCallId":"call_0","content":"new"}`}
+	_, r := stepwise(t, in, Options{Decider: d},
+		runStarted, `{"type":"TOOL_CALL_START","toolCallId":"call_0","toolCallName":"shell","parentMessageId":"a1"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"call_0"}`, snapshot(append(history, fresh...)...), runFinished)
+	wantOut(t, r, runStarted, snapshot(append(history, `{"id":"a1","role":"assistant","content":"x"}`)...), runFinished)
+}

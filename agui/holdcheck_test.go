@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/aguard/aguard/internal/aguicheck"
@@ -28,11 +30,21 @@ type holdKey struct {
 type holdRecord struct {
 	vis       string // the tool_call_start answer, as the Stream applies it
 	allowedAt int    // the step it was first allowed at; -1 if never
+	// denied: withdrawn after it was allowed (denied past --max-held, or
+	// declined at run end while it waited for its result)
+	denied bool
+}
+
+// shown reports whether the consumer may see the call by now: streamed, or
+// held and allowed (and not denied past the bound since).
+func (r *holdRecord) shown() bool {
+	return r == nil || r.vis == ActionStream || (r.vis == ActionHold && r.allowedAt >= 0 && !r.denied)
 }
 
 func (d *holdDecider) pick(c *Call, n uint32) uint32 {
 	h := fnv.New32a()
 	h.Write(d.seed)
+	h.Write([]byte{byte(d.run)}) // a call of the same id in another run: another answer
 	h.Write([]byte(c.ID))
 	h.Write([]byte(c.Phase))
 	return h.Sum32() % n
@@ -59,6 +71,8 @@ func (d *holdDecider) Decide(c *Call) Verdict {
 	allowed := action == ActionAllow || (action == ActionRequireApproval && c.Frontend && c.Phase == PhaseToolCallEnd)
 	if r := d.log[k]; r != nil && allowed && r.allowedAt < 0 {
 		r.allowedAt = d.step
+	} else if r != nil && !allowed && c.Phase == PhaseRunFinished {
+		r.denied = true // a held call allowed at its end, then declined: withdrawn
 	}
 	return Verdict{Action: action, Reason: "r", DecisionID: "d", RequiresApprovalAt: "2026-01-01T00:00:00Z"}
 }
@@ -89,6 +103,10 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 	s := NewStream(in, Options{Decider: d, MaxHeld: maxHeld})
 	var b Batch
 	var outs [][]byte
+	// expect holds, for each replayed-messages event fed (a snapshot, an
+	// input echo), the calls its assistant messages carry: those the
+	// consumer may see must still be there when it goes out.
+	var expect [][]string
 	run := 0                     // output RUN_STARTED events seen
 	lanes := map[string]string{} // owner -> tool call id of its open chunk lane
 	var echoed map[string]bool   // calls the current run's input echo carries
@@ -96,9 +114,29 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 		t.Helper()
 		t.Fatalf(format+"\nin:\n%s\nout:\n%s", append(args, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))...)
 	}
+	keep := func(step int, ids []string, where string) {
+		if len(expect) == 0 {
+			fail("step %d: %s that was never fed", step, where)
+		}
+		want := expect[0]
+		expect = expect[1:]
+		for _, id := range want {
+			if _, history := in.calls[id]; history {
+				continue // by id alone, the history's call and this run's are one
+			}
+			if rec := d.record(run, id); (rec.shown() || echoed[id]) && !slices.Contains(ids, id) {
+				fail("step %d: %s lost the call %q, which the consumer may see", step, where, id)
+			}
+		}
+	}
 	see := func(step int, id, where string) {
 		rec := d.record(run, id)
 		if rec == nil {
+			return
+		}
+		if _, history := in.calls[id]; history && (where == tMessagesSnapshot || where == tRunStarted) {
+			// Agents number calls per run: the application's own history
+			// may carry a call of that id, which replayed messages keep.
 			return
 		}
 		switch rec.vis {
@@ -148,12 +186,14 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 					for _, id := range ev.Input.Messages.ids() {
 						see(step, id, "RUN_STARTED")
 					}
+					keep(step, ev.Input.Messages.calls(), "RUN_STARTED")
 				}
 			case tMessagesSnapshot:
 				clear(lanes)
 				for _, id := range ev.Messages.ids() {
 					see(step, id, "MESSAGES_SNAPSHOT")
 				}
+				keep(step, ev.Messages.calls(), "MESSAGES_SNAPSHOT")
 			case tToolChunk:
 				id := ""
 				if ev.ToolCallID != nil {
@@ -193,7 +233,27 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 		if bytes.Contains(e, []byte(`"RUN_STARTED"`)) {
 			d.run++
 		}
+		var in struct {
+			Type     string
+			Messages replayedList
+			Input    *struct{ Messages replayedList }
+		}
+		if json.Unmarshal(e, &in) == nil {
+			switch {
+			case in.Type == tMessagesSnapshot:
+				expect = append(expect, in.Messages.calls())
+			case in.Type == tRunStarted && in.Input != nil:
+				expect = append(expect, in.Input.Messages.calls())
+			}
+		}
 		s.Feed(e, &b)
+		for _, c := range b.Calls {
+			if c.Kind == CallDecided && strings.HasPrefix(c.Verdict.DecisionID, "max-held-") {
+				if rec := d.log[holdKey{d.run, c.ID}]; rec != nil {
+					rec.denied = true
+				}
+			}
+		}
 		collect(i)
 		if b.Done {
 			break
@@ -221,6 +281,17 @@ type replayed struct {
 }
 
 type replayedList []replayed
+
+// calls lists the calls of the messages' assistant messages.
+func (ms replayedList) calls() []string {
+	var ids []string
+	for _, m := range ms {
+		for _, tc := range m.ToolCalls {
+			ids = append(ids, tc.ID)
+		}
+	}
+	return ids
+}
 
 // ids lists the calls the messages show: their toolCalls and the calls
 // their tool messages answer.

@@ -31,6 +31,9 @@ type RunInput struct {
 	// thread's history. The value reports that the call names an advertised
 	// tool.
 	calls map[string]bool
+	// callMsgs maps each of those ids to the id of the assistant message
+	// that carries it (the first, if several do).
+	callMsgs map[string]string
 }
 
 // ToolMessage is a tool message of the input: "a tool message per call, keyed
@@ -112,6 +115,7 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 		tools:           map[string]int{},
 		answers:         map[string][]int{},
 		calls:           map[string]bool{},
+		callMsgs:        map[string]string{},
 	}
 	for _, t := range v.GetArray("tools") {
 		tool := Tool{Name: string(t.GetStringBytes("name")), Description: string(t.GetStringBytes("description"))}
@@ -140,6 +144,9 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 				_, frontend := in.tools[string(tc.GetStringBytes("function", "name"))]
 				id := string(tc.GetStringBytes("id"))
 				in.calls[id] = in.calls[id] || frontend
+				if _, ok := in.callMsgs[id]; !ok {
+					in.callMsgs[id] = string(m.GetStringBytes("id"))
+				}
 			}
 		}
 	}
@@ -200,6 +207,30 @@ func (in *RunInput) hasCall(id []byte) (known, frontend bool) {
 	}
 	frontend, known = in.calls[string(id)]
 	return known, frontend
+}
+
+// ownCall reports whether the assistant message msgID carrying call id is
+// the application's own: its history has that call in that message.
+func (in *RunInput) ownCall(id, msgID []byte) bool {
+	if in == nil {
+		return false
+	}
+	m, ok := in.callMsgs[string(id)]
+	return ok && m == string(msgID)
+}
+
+// ownToolMessage reports whether the tool message msgID answering call id
+// is one of the application's own.
+func (in *RunInput) ownToolMessage(id, msgID []byte) bool {
+	if in == nil {
+		return false
+	}
+	for _, i := range in.answers[string(id)] {
+		if in.ToolMessages[i].ID == string(msgID) {
+			return true
+		}
+	}
+	return false
 }
 
 // ownAnswer reports whether a tool message answering call — with message id
