@@ -91,9 +91,11 @@ type holdState struct {
 	// event has been routed (replayed messages judged before they go).
 	deferring bool
 	after     []Event
-	// p and buf rewrite replayed messages (scrub).
-	p   fastjson.Parser
-	buf []byte
+	// p, buf, hollow and cuts rewrite replayed messages (scrub).
+	p      fastjson.Parser
+	buf    []byte
+	hollow []byte
+	cuts   []cut
 }
 
 func (s *Stream) maxHeld() int {
@@ -448,7 +450,24 @@ func (s *Stream) resetHold() {
 // withheld call may share its id with a call the input carries, in the same
 // message, and with its answers. js is returned unchanged when it holds none.
 func (s *Stream) scrub(js []byte, echo bool) []byte {
-	v, err := s.hold.p.ParseBytes(js)
+	// A large event is read from its hollow copy, as Feed reads it
+	// (hollow.go): the members read here are never hollowed, and the copy
+	// keeps every array's elements in place.
+	src := js
+	if len(js) >= s.hollowAbove {
+		var ok bool
+		if s.hold.cuts, ok = hollowCuts(s.hold.cuts[:0], js); ok && len(s.hold.cuts) > 0 {
+			h, at := s.hold.hollow[:0], 0
+			for _, c := range s.hold.cuts {
+				h = append(append(h, js[at:c.start]...), c.token...)
+				at = c.end
+			}
+			s.hold.hollow = append(h, js[at:]...)
+			src = s.hold.hollow
+		}
+	}
+	defer s.shedScrub(len(src))
+	v, err := s.hold.p.ParseBytes(src)
 	if err != nil {
 		return js
 	}
@@ -533,6 +552,21 @@ func (s *Stream) scrub(js []byte, echo bool) []byte {
 	s.hold.buf = out
 	// The result must outlive the next scrub: the batch holds it.
 	return append([]byte(nil), out...)
+}
+
+// shedScrub drops what scrubbing a large event made large (see shed).
+func (s *Stream) shedScrub(parsed int) {
+	if parsed > shedAbove {
+		s.hold.p = fastjson.Parser{}
+	}
+	for _, b := range []*[]byte{&s.hold.buf, &s.hold.hollow} {
+		if cap(*b) > shedAbove {
+			*b = nil
+		}
+	}
+	if cap(s.hold.cuts) > shedAbove/16 {
+		s.hold.cuts = nil
+	}
 }
 
 // appendWithCalls appends the compact assistant message msg keeping only the

@@ -507,3 +507,17 @@ func TestWithheldIDKeepsTheHistorysCall(t *testing.T) {
 		`{"type":"TOOL_CALL_END","toolCallId":"call_0"}`, snapshot(append(history, fresh...)...), runFinished)
 	wantOut(t, r, runStarted, snapshot(append(history, `{"id":"a1","role":"assistant","content":"x"}`)...), runFinished)
 }
+
+// TestLargeSnapshotScrubbedFromItsHollowCopy: a snapshot large enough to be
+// read from its hollow copy (hollow.go) loses a hidden call's traces and
+// keeps every other byte.
+func TestLargeSnapshotScrubbedFromItsHollowCopy(t *testing.T) {
+	d := &byName{start: map[string]string{"shell": ActionHide}}
+	big := `{"id":"u1","role":"user","content":"` + strings.Repeat("x", hollowAbove) + `","extra":{"k":[1,2,3]}}`
+	withCall := `{"id":"m1","role":"assistant","content":"hi","toolCalls":[{"id":"s1","type":"function","function":{"name":"shell","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"other","arguments":"{}"}}]}`
+	_, r := stepwise(t, mustInput(t, inputJSON), Options{Decider: d},
+		runStarted, shellStart, shellEnd, snapshot(big, withCall, `{"id":"r1","role":"tool","toolCallId":"s1","content":"ok"}`), runFinished)
+	wantOut(t, r, runStarted,
+		snapshot(big, `{"id":"m1","role":"assistant","content":"hi","toolCalls":[{"id":"c2","type":"function","function":{"name":"other","arguments":"{}"}}]}`),
+		`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1","outcome":{"type":"success","pendingToolCallIds":["c2"]}}`)
+}

@@ -32,13 +32,16 @@ type holdRecord struct {
 	allowedAt int    // the step it was first allowed at; -1 if never
 	// denied: withdrawn after it was allowed (denied past --max-held, or
 	// declined at run end while it waited for its result)
-	denied bool
+	denied   bool
+	frontend bool
 }
 
-// shown reports whether the consumer may see the call by now: streamed, or
-// held and allowed (and not denied past the bound since).
+// shown reports whether the consumer sees the call for certain by now:
+// streamed, or a frontend call held and allowed (released at once; an
+// agent-side call allowed waits for its result, and is withdrawn if the run
+// ends first).
 func (r *holdRecord) shown() bool {
-	return r == nil || r.vis == ActionStream || (r.vis == ActionHold && r.allowedAt >= 0 && !r.denied)
+	return r == nil || r.vis == ActionStream || (r.vis == ActionHold && r.frontend && r.allowedAt >= 0 && !r.denied)
 }
 
 func (d *holdDecider) pick(c *Call, n uint32) uint32 {
@@ -59,7 +62,7 @@ func (d *holdDecider) Decide(c *Call) Verdict {
 		case action == "bogus", action == ActionHide && c.Frontend:
 			vis = ActionHold
 		}
-		d.log[k] = &holdRecord{vis: vis, allowedAt: -1}
+		d.log[k] = &holdRecord{vis: vis, allowedAt: -1, frontend: c.Frontend}
 		return Verdict{Action: action, DecisionID: "s"}
 	}
 	var action string
