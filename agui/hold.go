@@ -155,7 +155,12 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		c.show = hidden
 		s.hold.active = true
 		s.withhold(c.id)
+	default:
+		return v
 	}
+	what := map[string]string{ActionHold: "held back until it is judged", ActionHide: "hidden from the consumer"}[vis]
+	b.Notes = append(b.Notes, Note{Kind: map[string]string{ActionHold: "held", ActionHide: "hidden"}[vis], ID: c.id,
+		Message: "tool call " + jq([]byte(c.id)) + " (" + jq([]byte(c.name)) + ") " + what + ": " + v.Reason + " (decision " + v.DecisionID + ")"})
 	return v
 }
 

@@ -111,6 +111,9 @@ func TestHeldCallReleasedWhenAllowed(t *testing.T) {
 	if started := r.calls[0]; started.Verdict.DecisionID != "s-c1" || started.Verdict.Action != ActionHold {
 		t.Errorf("CallStarted verdict %+v, want the tool_call_start one", started.Verdict)
 	}
+	if got := strings.Join(r.noteKinds(), ","); got != "held,pending_added" || !strings.Contains(r.notes[0].Message, `"c1" ("confirm") held back until it is judged: start rule for confirm (decision s-c1)`) {
+		t.Errorf("notes = %+v", r.notes)
+	}
 }
 
 // TestHeldCallDenied: a held frontend call that is denied never reaches the
@@ -262,8 +265,8 @@ func TestHiddenCallDenied(t *testing.T) {
 	d := &byName{start: map[string]string{"shell": ActionHide}, verdicts: map[string]string{"shell": ActionDeny}}
 	_, r := stepwise(t, mustInput(t, inputJSON), Options{Decider: d}, runStarted, shellStart, shellArgs, shellEnd)
 	wantOut(t, r, runStarted, `{"type":"RUN_ERROR","code":"AGUARD_POLICY_DENIED","message":"a tool call aguard keeps from the consumer was denied by policy (decision d-s1)"}`)
-	if noteCount(r, "policy_denied") != 1 || !strings.Contains(r.notes[0].Message, "'s1' (shell)") {
-		t.Errorf("notes = %+v, want the denial named for the log", r.notes)
+	if got := strings.Join(r.noteKinds(), ","); got != "hidden,policy_denied" || !strings.Contains(r.notes[1].Message, "'s1' (shell)") {
+		t.Errorf("notes = %+v, want the hiding and the denial, named for the log", r.notes)
 	}
 }
 
@@ -286,7 +289,7 @@ func TestUnknownStartActionHolds(t *testing.T) {
 	steps, r := stepwise(t, mustInput(t, inputJSON), Options{Decider: d}, runStarted, confirmStart, confirmEnd, runFinished)
 	wantSteps(t, steps, []string{runStarted}, nil, []string{confirmStart, confirmEnd},
 		[]string{`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1","outcome":{"type":"success","pendingToolCallIds":["c1"]}}`}, nil)
-	if noteCount(r, "unknown_start_action") != 1 {
+	if noteCount(r, "unknown_start_action") != 1 || noteCount(r, "held") != 1 {
 		t.Errorf("notes = %+v", r.notes)
 	}
 }
