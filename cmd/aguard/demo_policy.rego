@@ -13,6 +13,11 @@ decision := {"action": "deny", "reason": concat("; ", deny)} if {
 }
 
 # The built-in default policy's rules.
+decision := {"action": "hold", "reason": sprintf("tool %q was not advertised by the application", [input.call.name])} if {
+	input.phase == "tool_call_start"
+	input.tool.advertised != true
+}
+
 deny contains msg if {
 	input.tool.frontend == true
 	input.call.argumentsError != null

@@ -107,6 +107,19 @@ func demoScenarios() []scenario {
 			},
 		},
 		{
+			name: "The agent's own tool call is held until it is judged",
+			explain: "search_web is not one of the application's tools: the policy holds the call as it starts. The text goes " +
+				"ahead; when the result shows the agent ran it, the whole call follows unchanged. Declined, only the denial would.",
+			input: demoInput("run-held"),
+			agent: []string{started("run-held"),
+				`{"type":"TOOL_CALL_START","toolCallId":"c-web","toolCallName":"search_web"}`,
+				`{"type":"TOOL_CALL_ARGS","toolCallId":"c-web","delta":"{\"q\":\"A-17 status\"}"}`,
+				`{"type":"TEXT_MESSAGE_START","messageId":"m1","role":"assistant"}`,
+				`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"Searching…"}`, `{"type":"TEXT_MESSAGE_END","messageId":"m1"}`,
+				`{"type":"TOOL_CALL_END","toolCallId":"c-web"}`,
+				`{"type":"TOOL_CALL_RESULT","messageId":"t1","toolCallId":"c-web","content":"shipped"}`, finished("run-held")},
+		},
+		{
 			name: "The agent sends arguments that break the tool's schema",
 			explain: "confirm_order declares orderId as a string; the model sent a number. " +
 				"The policy refuses to hand the application arguments it never agreed to, and says why.",

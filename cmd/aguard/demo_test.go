@@ -34,6 +34,7 @@ func TestDemoRuns(t *testing.T) {
 		`~ RUN_FINISHED run-pending pending=["c-confirm"]`,
 		"+ RUN_ERROR AGUARD_PROTOCOL_VIOLATION",
 		"+ CUSTOM aguard.tool_call_denied c-del",
+		"+ TOOL_CALL_START c-web", "held back until it is judged",
 		"+ CUSTOM aguard.tool_call_denied c-confirm",
 		"do not match its parameters schema",
 		"+ RUN_ERROR AGUARD_POLICY_DENIED",
