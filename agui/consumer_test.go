@@ -21,8 +21,9 @@ import (
 //     AGUARD_* code is aguard's (the stream's last event, not the agent's
 //     "forged" one);
 //   - at each RUN_FINISHED with a success outcome (or none), the pending
-//     list names exactly the frontend calls the consumer first saw in that
-//     run and received no answer for in it (a streamed call is answered by
+//     list names exactly the calls — frontend or not: a call held back or
+//     hidden, and denied, is one the consumer never saw — the consumer first
+//     saw in that run and received no answer for in it (a streamed call is answered by
 //     a TOOL_CALL_RESULT only, as the protocol counts it). Calls the input
 //     answered are left out: an agent that restarts one makes the two views
 //     differ by the protocol's own rules.
@@ -164,20 +165,20 @@ func checkConsumerView(in *RunInput, outs [][]byte) error {
 			var stated, derived []string
 			if ev.Outcome != nil {
 				for _, id := range ev.Outcome.Pending {
-					if _, first := firstThisRun[id]; first && frontend[id] && !inputAnswered(id) {
+					if _, first := firstThisRun[id]; first && !inputAnswered(id) {
 						stated = append(stated, id)
 					}
 				}
 			}
 			for id, replayed := range firstThisRun {
-				if frontend[id] && !byResult[id] && !(replayed && byReplay[id]) && !inputAnswered(id) {
+				if !byResult[id] && !(replayed && byReplay[id]) && !inputAnswered(id) {
 					derived = append(derived, id)
 				}
 			}
 			slices.Sort(stated)
 			slices.Sort(derived)
 			if !slices.Equal(stated, derived) {
-				return fmt.Errorf("%s: pending frontend calls stated %q, the consumer holds %q unanswered", where, stated, derived)
+				return fmt.Errorf("%s: pending calls stated %q, the consumer holds %q unanswered", where, stated, derived)
 			}
 		}
 	}
