@@ -1,7 +1,8 @@
 // Package agui is aguard's model of the AG-UI 1.0 event stream: a typed view of
 // RunAgentInput and of every event, and the per-run state machine that checks a
-// producer's stream against the protocol's sequence rules and rewrites it where
-// the tool-call rules require.
+// producer's stream against the protocol's sequence rules, rewrites it where
+// the tool-call rules require, and holds back or hides tool calls as a Decider
+// says (README, "Hold and hide").
 //
 // It is pure: no I/O, no clocks, no goroutines. The proxy feeds it the JSON text
 // of each upstream SSE event and writes out whatever it returns. It is not an
