@@ -283,7 +283,9 @@ func openStreams(t *testing.T, listen string, n, events int, wg *sync.WaitGroup)
 	got := make(chan int, n)
 	for i := range n {
 		wg.Go(func() {
-			input := fmt.Sprintf(`{"threadId":"t%d","runId":"r%d","protocolVersion":"1.0","messages":[]}`, i, i)
+			// The tool is advertised: the default policy holds a call to a
+			// tool the input did not, and these events are to be forwarded.
+			input := fmt.Sprintf(`{"threadId":"t%d","runId":"r%d","protocolVersion":"1.0","messages":[],"tools":[{"name":"backend_tool"}]}`, i, i)
 			resp, err := http.Post("http://"+listen+"/agent", "application/json", strings.NewReader(input))
 			if err != nil {
 				t.Error(err)
