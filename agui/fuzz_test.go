@@ -210,8 +210,7 @@ func FuzzStream(f *testing.F) {
 		}
 		checkHeld(t, hist, generate(data), seed)
 		// The fast path and hollow copies change nothing for held and
-		// hidden calls either (hold.go reads large replayed messages from
-		// their hollow copy too).
+		// hidden calls either.
 		sameAsSlowPath(t, hist, generate(data), Options{Decider: &holdDecider{seed: seed, log: map[holdKey]*holdRecord{}}, MaxHeld: 200 + 40*int(seed[0])})
 		sameAsSlowPath(t, in, generate(data), Options{Monitor: true})
 		// Monitor mode never ends the stream on its own and never panics.

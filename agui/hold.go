@@ -1,9 +1,11 @@
 package agui
 
 import (
+	"bytes"
+	"encoding/json"
 	"strconv"
 
-	"github.com/valyala/fastjson"
+	"github.com/aguard/aguard/internal/jsonedit"
 )
 
 // This file keeps from the consumer what it must not see (README, "Hold and
@@ -91,11 +93,6 @@ type holdState struct {
 	// event has been routed (replayed messages judged before they go).
 	deferring bool
 	after     []Event
-	// p, buf, hollow and cuts rewrite replayed messages (scrub).
-	p      fastjson.Parser
-	buf    []byte
-	hollow []byte
-	cuts   []cut
 }
 
 func (s *Stream) maxHeld() int {
@@ -453,175 +450,124 @@ func (s *Stream) resetHold() {
 // them. An assistant message left with no calls loses its toolCalls member.
 // The application's own history stays: agents number calls per run, so a
 // withheld call may share its id with a call the input carries, in the same
-// message, and with its answers. js is returned unchanged when it holds none.
+// message, and with its answers. It reads the text as it is, without a
+// parse tree, members as the official client reads them (the last of a
+// name; internal/jsonedit). js is returned unchanged when it holds none.
 func (s *Stream) scrub(js []byte, echo bool) []byte {
-	// A large event is read from its hollow copy, as Feed reads it
-	// (hollow.go): the members read here are never hollowed, and the copy
-	// keeps every array's elements in place.
-	src := js
-	if len(js) >= s.hollowAbove {
-		var ok bool
-		if s.hold.cuts, ok = hollowCuts(s.hold.cuts[:0], js); ok && len(s.hold.cuts) > 0 {
-			h, at := s.hold.hollow[:0], 0
-			for _, c := range s.hold.cuts {
-				h = append(append(h, js[at:c.start]...), c.token...)
-				at = c.end
-			}
-			s.hold.hollow = append(h, js[at:]...)
-			src = s.hold.hollow
-		}
-	}
-	defer s.shedScrub(len(src))
-	v, err := s.hold.p.ParseBytes(src)
-	if err != nil {
-		return js
-	}
-	var msgs []*fastjson.Value
-	if echo {
-		msgs = v.GetArray("input", "messages")
-	} else {
-		msgs = v.GetArray("messages")
-	}
-	var drops []int
-	type edit struct {
-		i    int
-		keep []int // indexes of the toolCalls kept
-	}
-	var edits []edit
-	for i, m := range msgs {
-		switch string(m.GetStringBytes("role")) {
-		case "tool":
-			if id := m.GetStringBytes("toolCallId"); s.isWithheld(id) && !s.in.ownToolMessage(id, m.GetStringBytes("id")) {
-				drops = append(drops, i)
-			}
-		case "assistant":
-			tcs := m.GetArray("toolCalls")
-			var keep []int
-			cut := false
-			for j, tc := range tcs {
-				if id := tc.GetStringBytes("id"); s.isWithheld(id) && !s.in.ownCall(id, m.GetStringBytes("id")) {
-					cut = true
-				} else {
-					keep = append(keep, j)
-				}
-			}
-			if cut {
-				edits = append(edits, edit{i: i, keep: keep})
-			}
-		}
-	}
-	if len(drops) == 0 && len(edits) == 0 {
-		return js
-	}
 	obj, off := js, 0
 	if echo {
-		is, ie, ok := objectMember(js, "input")
+		is, ie, ok := jsonedit.Member(js, "input")
 		if !ok {
 			return js
 		}
 		obj, off = js[is:ie], is
 	}
-	ms, me, ok := objectMember(obj, "messages")
-	if !ok {
+	ms, me, ok := jsonedit.Member(obj, "messages")
+	if !ok || obj[ms] != '[' {
 		return js
 	}
-	ms, me = ms+off, me+off
-	arr := js[ms:me]
-	out := append(s.hold.buf[:0], js[:ms]...)
-	out = append(out, '[')
-	wrote := false
-	for i, idx := 1, 0; i < len(arr) && arr[i] != ']'; idx++ {
-		end := skipValue(arr, i)
-		el := arr[i:end]
-		i = end
-		if i < len(arr) && arr[i] == ',' {
-			i++
+	arr := obj[ms:me]
+	var sp jsonedit.Splicer
+	changed := false
+	it := jsonedit.Elements(arr)
+	for {
+		el, more := it.Next()
+		if !more {
+			break
 		}
-		if len(drops) > 0 && drops[0] == idx {
-			drops = drops[1:]
-			continue
-		}
-		if wrote {
-			out = append(out, ',')
-		}
-		wrote = true
-		if len(edits) == 0 || edits[0].i != idx {
-			out = append(out, el...)
-			continue
-		}
-		out = appendWithCalls(out, el, edits[0].keep)
-		edits = edits[1:]
-	}
-	out = append(out, ']')
-	out = append(out, js[me:]...)
-	s.hold.buf = out
-	// The result must outlive the next scrub: the batch holds it.
-	return append([]byte(nil), out...)
-}
-
-// shedScrub drops what scrubbing a large event made large (see shed).
-func (s *Stream) shedScrub(parsed int) {
-	if parsed > shedAbove {
-		s.hold.p = fastjson.Parser{}
-	}
-	for _, b := range []*[]byte{&s.hold.buf, &s.hold.hollow} {
-		if cap(*b) > shedAbove {
-			*b = nil
-		}
-	}
-	if cap(s.hold.cuts) > shedAbove/16 {
-		s.hold.cuts = nil
-	}
-}
-
-// appendWithCalls appends the compact assistant message msg keeping only the
-// toolCalls at the indexes keep (ascending); with none kept the member goes.
-func appendWithCalls(dst, msg []byte, keep []int) []byte {
-	ts, te, ok := objectMember(msg, "toolCalls")
-	if !ok {
-		return append(dst, msg...)
-	}
-	if len(keep) == 0 {
-		return removeMember(dst, msg, "toolCalls")
-	}
-	var drop []int
-	arr := msg[ts:te]
-	for i, n := 1, 0; i < len(arr) && arr[i] != ']'; n++ {
-		if len(keep) > 0 && keep[0] == n {
-			keep = keep[1:]
-		} else {
-			drop = append(drop, n)
-		}
-		i = skipValue(arr, i)
-		if i < len(arr) && arr[i] == ',' {
-			i++
-		}
-	}
-	dst = append(dst, msg[:ts]...)
-	dst = removeElements(dst, arr, drop)
-	return append(dst, msg[te:]...)
-}
-
-// removeMember appends the compact object obj without its member key (the
-// first, as objectMember finds it).
-func removeMember(dst, obj []byte, key string) []byte {
-	for i := 1; i < len(obj) && obj[i] != '}'; {
-		ks := i
-		ke := skipString(obj, i)
-		ve := skipValue(obj, ke+1)
-		next := ve
-		if next < len(obj) && obj[next] == ',' {
-			next++
-		}
-		if rawKeyIs(obj[ks:ke], key) {
-			from, to := ks, next
-			if to == ve && from > 1 {
-				from-- // the last member: the comma before it goes
+		m := arr[el.ValueStart:el.ValueEnd]
+		role := jsonedit.String(m, "role")
+		switch {
+		case jsonedit.TokenIs(role, "tool"):
+			id := tokenText(jsonedit.String(m, "toolCallId"))
+			if id != nil && s.isWithheld(id) && !s.in.ownToolMessage(id, tokenText(jsonedit.String(m, "id"))) {
+				sp.Drop(el)
+				changed = true
+				continue
 			}
-			dst = append(dst, obj[:from]...)
-			return append(dst, obj[to:]...)
+		case jsonedit.TokenIs(role, "assistant"):
+			if nm, cut := s.withoutWithheldCalls(m); cut {
+				sp.Replace(el, nm)
+				changed = true
+				continue
+			}
 		}
-		i = next
+		sp.Keep(el)
 	}
-	return append(dst, obj...)
+	if !changed || it.Malformed() {
+		return js
+	}
+	out := make([]byte, 0, len(js))
+	out = append(out, js[:off+ms]...)
+	out = jsonedit.Apply(out, arr, sp.Edits)
+	return append(out, js[off+me:]...)
+}
+
+// withoutWithheldCalls returns the assistant message m without the toolCalls
+// entries of withheld calls that are not the application's own, and whether
+// it cut any; with none left, the toolCalls member goes.
+func (s *Stream) withoutWithheldCalls(m []byte) ([]byte, bool) {
+	msgID := tokenText(jsonedit.String(m, "id"))
+	var outer jsonedit.Splicer
+	cut := false
+	mit := jsonedit.Members(m)
+	for {
+		mem, more := mit.Next()
+		if !more {
+			break
+		}
+		tcs := m[mem.ValueStart:mem.ValueEnd]
+		if !mem.KeyIs("toolCalls") || tcs[0] != '[' {
+			outer.Keep(mem)
+			continue
+		}
+		var inner jsonedit.Splicer
+		kept, dropped := 0, 0
+		tit := jsonedit.Elements(tcs)
+		for {
+			tc, more := tit.Next()
+			if !more {
+				break
+			}
+			id := tokenText(jsonedit.String(tcs[tc.ValueStart:tc.ValueEnd], "id"))
+			if id != nil && s.isWithheld(id) && !s.in.ownCall(id, msgID) {
+				inner.Drop(tc)
+				dropped++
+				continue
+			}
+			inner.Keep(tc)
+			kept++
+		}
+		switch {
+		case dropped == 0 || tit.Malformed():
+			outer.Keep(mem)
+		case kept == 0:
+			outer.Drop(mem)
+			cut = true
+		default:
+			outer.Replace(mem, jsonedit.Apply(nil, tcs, inner.Edits))
+			cut = true
+		}
+	}
+	if !cut || mit.Malformed() {
+		return m, false
+	}
+	return jsonedit.Apply(nil, m, outer.Edits), true
+}
+
+// tokenText returns the text of the JSON string token tok (quotes
+// included), its escapes decoded; nil when tok is nil or not a string.
+func tokenText(tok []byte) []byte {
+	if len(tok) < 2 {
+		return nil
+	}
+	inner := tok[1 : len(tok)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		return inner
+	}
+	var s string
+	if json.Unmarshal(tok, &s) != nil {
+		return nil
+	}
+	return []byte(s)
 }

@@ -511,10 +511,10 @@ func TestWithheldIDKeepsTheHistorysCall(t *testing.T) {
 	wantOut(t, r, runStarted, snapshot(append(history, `{"id":"a1","role":"assistant","content":"x"}`)...), runFinished)
 }
 
-// TestLargeSnapshotScrubbedFromItsHollowCopy: a snapshot large enough to be
-// read from its hollow copy (hollow.go) loses a hidden call's traces and
-// keeps every other byte.
-func TestLargeSnapshotScrubbedFromItsHollowCopy(t *testing.T) {
+// TestLargeSnapshotScrubbed: a snapshot large enough for Feed to read from
+// its hollow copy (hollow.go) loses a hidden call's traces and keeps every
+// other byte.
+func TestLargeSnapshotScrubbed(t *testing.T) {
 	d := &byName{start: map[string]string{"shell": ActionHide}}
 	big := `{"id":"u1","role":"user","content":"` + strings.Repeat("x", hollowAbove) + `","extra":{"k":[1,2,3]}}`
 	withCall := `{"id":"m1","role":"assistant","content":"hi","toolCalls":[{"id":"s1","type":"function","function":{"name":"shell","arguments":"{}"}},{"id":"c2","type":"function","function":{"name":"other","arguments":"{}"}}]}`
