@@ -14,7 +14,7 @@ func (s *Stream) decideEnded(b *Batch, typ string) {
 	s.run.ended = s.run.ended[:0]
 	for _, c := range ended {
 		b.Calls = append(b.Calls, CallEvent{Kind: CallArgumentsComplete, ID: c.id, Name: c.name,
-			Frontend: s.in.isFrontendName(c.name), Arguments: c.args, Visibility: c.vis})
+			Frontend: s.in.isFrontendName(c.name), Arguments: c.args, Visibility: c.vis.String()})
 	}
 	if s.opts.Decider == nil || typ == tRunError {
 		return // a run that errored has nothing left to decide
@@ -59,7 +59,7 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 		ParentMessageID: c.parent, SubagentRunID: c.own.id,
 		Reopened: c.reopened, Frontend: frontend,
 	})
-	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis})
+	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis.String()})
 	switch v.Action {
 	case ActionAllow:
 		s.allowed(b, c, phase, frontend)

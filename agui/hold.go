@@ -48,6 +48,29 @@ const (
 	withdrawn
 )
 
+// vis is the tool_call_start verdict as a Stream applied it to a call.
+type vis uint8
+
+const (
+	visNone   vis = iota // no Decider was asked
+	visStream            // ActionStream
+	visHold              // ActionHold
+	visHide              // ActionHide
+)
+
+// String returns the action of v, as CallEvent.Visibility reports it.
+func (v vis) String() string {
+	switch v {
+	case visStream:
+		return ActionStream
+	case visHold:
+		return ActionHold
+	case visHide:
+		return ActionHide
+	}
+	return ""
+}
+
 // withheld reports a call the consumer never sees.
 func (c *call) withheld() bool { return c.show == hidden || c.show == withdrawn }
 
@@ -112,28 +135,29 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 	frontend := s.in.isFrontendName(c.name)
 	v := s.opts.Decider.Decide(&Call{Phase: PhaseToolCallStart, ID: c.id, Name: c.name,
 		ParentMessageID: c.parent, SubagentRunID: c.own.id, Frontend: frontend})
-	vis := v.Action
+	applied := visHold
 	switch v.Action {
-	case ActionStream, ActionHold:
+	case ActionStream:
+		applied = visStream
+	case ActionHold:
 	case ActionHide:
-		if frontend {
-			vis = ActionHold // the application must see its own calls
+		if !frontend {
+			applied = visHide // (the application must see its own calls)
 		}
 	default:
-		vis = ActionHold
 		b.Notes = append(b.Notes, Note{Kind: "unknown_start_action", ID: c.id,
 			Message: "the decider answered tool_call_start for tool call " + jq([]byte(c.id)) + " with an unknown action " + jq([]byte(v.Action)) + "; the call is held (fail closed)"})
 	}
-	if vis == ActionHold && echo {
+	if applied == visHold && echo {
 		// The RUN_STARTED input echo cannot wait: the call streams with
 		// it and is judged right after it (README, "Hold and hide").
-		vis = ActionStream
+		applied = visStream
 	}
-	c.vis = vis
+	c.vis = applied
 	if s.opts.Monitor {
-		if vis != ActionStream {
-			b.Notes = append(b.Notes, Note{Kind: "would_" + vis, ID: c.id,
-				Message: "tool call " + jq([]byte(c.id)) + " (" + jq([]byte(c.name)) + ") would be " + map[string]string{ActionHold: "held", ActionHide: "hidden"}[vis] + " (monitor mode)"})
+		if applied != visStream {
+			b.Notes = append(b.Notes, Note{Kind: "would_" + applied.String(), ID: c.id,
+				Message: "tool call " + jq([]byte(c.id)) + " (" + jq([]byte(c.name)) + ") would be " + map[vis]string{visHold: "held", visHide: "hidden"}[applied] + " (monitor mode)"})
 		}
 		return v
 	}
@@ -143,20 +167,20 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		// in its turn.
 		delete(s.hold.withheld, c.id)
 	}
-	switch vis {
-	case ActionHold:
+	switch applied {
+	case visHold:
 		c.show = held
 		s.hold.held++
 		s.hold.active = true
-	case ActionHide:
+	case visHide:
 		c.show = hidden
 		s.hold.active = true
 		s.withhold(c.id)
 	default:
 		return v
 	}
-	what := map[string]string{ActionHold: "held back until it is judged", ActionHide: "hidden from the consumer"}[vis]
-	b.Notes = append(b.Notes, Note{Kind: map[string]string{ActionHold: "held", ActionHide: "hidden"}[vis], ID: c.id,
+	what := map[vis]string{visHold: "held back until it is judged", visHide: "hidden from the consumer"}[applied]
+	b.Notes = append(b.Notes, Note{Kind: map[vis]string{visHold: "held", visHide: "hidden"}[applied], ID: c.id,
 		Message: "tool call " + jq([]byte(c.id)) + " (" + jq([]byte(c.name)) + ") " + what + ": " + v.Reason + " (decision " + v.DecisionID + ")"})
 	return v
 }
@@ -344,7 +368,7 @@ func (s *Stream) overHeld(b *Batch, c *call) {
 	v := Verdict{Action: ActionDeny, DecisionID: "max-held-" + c.id,
 		Reason: "the events held back until it is judged exceed the " + strconv.Itoa(s.maxHeld()) + " bytes (or " + strconv.Itoa(maxHeldEvents) + " events) aguard holds per stream"}
 	frontend := s.in.isFrontendName(c.name)
-	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis})
+	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis.String()})
 	s.deny(b, c, PhaseToolCallEnd, frontend, v)
 }
 

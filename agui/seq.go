@@ -86,13 +86,13 @@ type call struct {
 	// snap: replayed messages (a snapshot, the input echo) introduced the
 	// call; parent is the message that carries it (snapshot.go).
 	snap bool
-
 	// What the consumer sees of the call (hold.go): vis is the
-	// tool_call_start verdict as applied ("" when none was asked), show
-	// where its events go now. endAllowed: a held agent-side call allowed
-	// at its end, waiting for its result or the end of the run;
-	// resultSeen: its result arrived while it was held.
-	vis        string
+	// tool_call_start verdict as applied, show where its events go now.
+	// endAllowed: a held agent-side call allowed at its end, waiting for
+	// its result or the end of the run; resultSeen: its result arrived
+	// while it was held. (Bytes, beside the bools above: the struct keeps
+	// its size.)
+	vis        vis
 	show       show
 	endAllowed bool
 	resultSeen bool

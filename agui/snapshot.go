@@ -395,7 +395,7 @@ func (s *Stream) reportAnswers(b *Batch) {
 		}
 		if s.opts.Decider != nil {
 			if c := s.run.calls[a.ID]; c != nil {
-				a.Visibility = c.vis // screened after the answer was read
+				a.Visibility = c.vis.String() // screened after the answer was read
 			}
 		}
 		b.Calls = append(b.Calls, a)

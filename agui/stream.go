@@ -212,7 +212,7 @@ func (s *Stream) Feed(data []byte, b *Batch) {
 		ce := CallEvent{Kind: CallStarted, ID: c.id, Name: c.name, Frontend: s.in.isFrontendName(c.name)}
 		if s.opts.Decider != nil {
 			ce.Verdict = s.screen(b, c, e.typ == tRunStarted)
-			ce.Visibility = c.vis
+			ce.Visibility = c.vis.String()
 		}
 		b.Calls = append(b.Calls, ce)
 	}
