@@ -518,9 +518,7 @@ func TestDecisionIDsAreUnique(t *testing.T) {
 
 func TestDecideConcurrentWithReload(t *testing.T) {
 	dir := policyDir(t, constPolicy(`{"action": "allow", "reason": "v1"}`))
-	// The evaluation deadline is not under test: with the race detector on
-	// a loaded machine an evaluation can pass the default 100ms.
-	e := newEngine(t, Options{Dir: dir, Timeout: time.Minute})
+	e := newEngine(t, Options{Dir: dir})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for w := range 4 {
