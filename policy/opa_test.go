@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/syncbuf"
 )
 
@@ -72,17 +73,17 @@ func TestSignedBundlesAreServedSwappedAndABadSignatureKeepsTheLastGood(t *testin
 	}
 
 	svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "allow", "reason": "r1"}`), "r1", private))
-	waitFor(t, "the first bundle", func() bool { ok, reason := e.Ready(); return ok && reason == "" })
+	await.For(t, "the first bundle", func() bool { ok, reason := e.Ready(); return ok && reason == "" })
 	d1 := e.Decide(context.Background(), frontendCall())
 	if d1.Reason != "r1" || d1.Revision != "r1" || d1.Err != nil {
 		t.Fatalf("decision on r1: %+v", d1)
 	}
-	waitFor(t, "r1 in the status report", func() bool { s := svc.lastBundleStatus("aguard"); return s != nil && s["active_revision"] == "r1" })
-	waitFor(t, "a poll answered 304 Not Modified", func() bool { svc.mu.Lock(); defer svc.mu.Unlock(); return svc.notMod > 0 })
+	await.For(t, "r1 in the status report", func() bool { s := svc.lastBundleStatus("aguard"); return s != nil && s["active_revision"] == "r1" })
+	await.For(t, "a poll answered 304 Not Modified", func() bool { svc.mu.Lock(); defer svc.mu.Unlock(); return svc.notMod > 0 })
 
 	// A new bundle replaces the old one; the next decision is the new one's.
 	svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "deny", "reason": "r2"}`), "r2", private))
-	waitFor(t, "r2", func() bool { return revisionOf(e) == "r2" })
+	await.For(t, "r2", func() bool { return revisionOf(e) == "r2" })
 	d2 := e.Decide(context.Background(), frontendCall())
 	if d2.Action != ActionDeny || d2.Reason != "r2" || d2.Revision != "r2" {
 		t.Fatalf("decision on r2: %+v", d2)
@@ -92,7 +93,7 @@ func TestSignedBundlesAreServedSwappedAndABadSignatureKeepsTheLastGood(t *testin
 	for _, bad := range []struct{ name, key string }{{"another key", otherPrivate}, {"no signature", ""}} {
 		failures := e.LoadFailures()
 		svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "allow", "reason": "forged"}`), "forged", bad.key))
-		waitFor(t, "the bundle signed with "+bad.name+" to fail", func() bool { return e.LoadFailures() > failures })
+		await.For(t, "the bundle signed with "+bad.name+" to fail", func() bool { return e.LoadFailures() > failures })
 		ok, reason := e.Ready()
 		if !ok || !strings.Contains(reason, "bundle aguard") || !strings.Contains(reason, "r2") {
 			t.Errorf("%s: Ready = %v, %q; want degraded, naming the bundle and r2 serving", bad.name, ok, reason)
@@ -100,18 +101,18 @@ func TestSignedBundlesAreServedSwappedAndABadSignatureKeepsTheLastGood(t *testin
 		if d := e.Decide(context.Background(), frontendCall()); d.Reason != "r2" {
 			t.Errorf("%s: decision %+v, want r2's", bad.name, d)
 		}
-		waitFor(t, "the failure in the status report", func() bool {
+		await.For(t, "the failure in the status report", func() bool {
 			s := svc.lastBundleStatus("aguard")
 			return s != nil && s["code"] != nil && s["active_revision"] == "r2"
 		})
 	}
 
 	svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "allow", "reason": "r3"}`), "r3", private))
-	waitFor(t, "r3", func() bool { ok, reason := e.Ready(); return revisionOf(e) == "r3" && ok && reason == "" })
+	await.For(t, "r3", func() bool { ok, reason := e.Ready(); return revisionOf(e) == "r3" && ok && reason == "" })
 
 	// Every decision is in the decision log under aguard's decisionId, with
 	// the revision that made it.
-	waitFor(t, "the decisions in the decision log", func() bool {
+	await.For(t, "the decisions in the decision log", func() bool {
 		l := svc.logged()
 		return l[early.DecisionID] != nil && l[d1.DecisionID] != nil && l[d2.DecisionID] != nil
 	})
@@ -140,21 +141,21 @@ func TestABundleCallingHTTPSendIsRefusedByTheGate(t *testing.T) {
 	// A first bundle that needs http.send: never active, never ready.
 	svc.setBundle(bundlePath, buildBundle(t, sendingPolicy(url), "exfil-1", ""))
 	e := newBundleEngine(t, opaConfig(svc, ""), nil)
-	waitFor(t, "the refusal", func() bool { _, err := e.Status(); return err != nil })
+	await.For(t, "the refusal", func() bool { _, err := e.Status(); return err != nil })
 	if ok, reason := e.Ready(); ok || !strings.Contains(reason, "built-in function http.send is not allowed") {
 		t.Errorf("Ready = %v, %q; want not ready, naming http.send", ok, reason)
 	}
-	waitFor(t, "the refusal in OPA's status report", func() bool {
+	await.For(t, "the refusal in OPA's status report", func() bool {
 		s := svc.lastBundleStatus("aguard")
 		return s != nil && strings.Contains(fmt.Sprint(s["message"], s["errors"]), "http.send")
 	})
 
 	svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "allow", "reason": "good"}`), "good", ""))
-	waitFor(t, "the good bundle", func() bool { return revisionOf(e) == "good" })
+	await.For(t, "the good bundle", func() bool { return revisionOf(e) == "good" })
 
 	failures := e.LoadFailures()
 	svc.setBundle(bundlePath, buildBundle(t, sendingPolicy(url), "exfil-2", ""))
-	waitFor(t, "the second refusal", func() bool { return e.LoadFailures() > failures })
+	await.For(t, "the second refusal", func() bool { return e.LoadFailures() > failures })
 	for range 3 {
 		if d := e.Decide(context.Background(), frontendCall()); d.Reason != "good" || d.Revision != "good" {
 			t.Errorf("decision %+v, want the last good bundle's", d)
@@ -179,9 +180,9 @@ mask contains "/input/call/argumentsText"
 mask contains {"op": "upsert", "path": "/input/request/headers/x-user", "value": "(masked)"}
 `
 	svc.setBundle(bundlePath, buildBundle(t, files, "m1", ""))
-	waitFor(t, "the bundle", func() bool { return revisionOf(e) == "m1" })
+	await.For(t, "the bundle", func() bool { return revisionOf(e) == "m1" })
 	d := e.Decide(context.Background(), frontendCall())
-	waitFor(t, "the decision in the log", func() bool { return svc.logged()[d.DecisionID] != nil })
+	await.For(t, "the decision in the log", func() bool { return svc.logged()[d.DecisionID] != nil })
 	ev := svc.logged()[d.DecisionID]
 	call := ev["input"].(map[string]any)["call"].(map[string]any)
 	headers := ev["input"].(map[string]any)["request"].(map[string]any)["headers"].(map[string]any)
@@ -209,17 +210,17 @@ func TestDecisionsOutliveADecisionLogReceiverThatIsDown(t *testing.T) {
 	config = strings.Replace(config, "services:\n", "services:\n  receiver:\n    url: "+receiver.url()+"\n", 1)
 	e := newBundleEngine(t, []byte(config), &logs)
 	svc.setBundle(bundlePath, buildBundle(t, constPolicy(`{"action": "allow"}`), "d1", ""))
-	waitFor(t, "the bundle", func() bool { return revisionOf(e) == "d1" })
+	await.For(t, "the bundle", func() bool { return revisionOf(e) == "d1" })
 
 	receiver.stop()
 	var ids []string
 	for range 5 {
 		ids = append(ids, e.Decide(context.Background(), frontendCall()).DecisionID)
 	}
-	waitFor(t, "an upload to fail", func() bool { return strings.Contains(logs.String(), "log upload failed") })
+	await.For(t, "an upload to fail", func() bool { return strings.Contains(logs.String(), "log upload failed") })
 	ids = append(ids, e.Decide(context.Background(), frontendCall()).DecisionID)
 	receiver.start()
-	waitFor(t, "every decision to arrive", func() bool {
+	await.For(t, "every decision to arrive", func() bool {
 		l := receiver.logged()
 		for _, id := range ids {
 			if l[id] == nil {
@@ -242,7 +243,7 @@ func TestDecisionsDuringSwapsSeeOneBundleWhole(t *testing.T) {
 	}
 	svc.setBundle(bundlePath, bundleOf("s0"))
 	e := newBundleEngine(t, opaConfig(svc, ""), nil)
-	waitFor(t, "s0", func() bool { return revisionOf(e) == "s0" })
+	await.For(t, "s0", func() bool { return revisionOf(e) == "s0" })
 
 	stop := make(chan struct{})
 	errs := make(chan string, 4)
@@ -272,7 +273,7 @@ func TestDecisionsDuringSwapsSeeOneBundleWhole(t *testing.T) {
 	}
 	for _, rev := range []string{"s1", "s2"} {
 		svc.setBundle(bundlePath, bundleOf(rev))
-		waitFor(t, rev, func() bool { _, ok := seen.Load(rev); return ok })
+		await.For(t, rev, func() bool { _, ok := seen.Load(rev); return ok })
 	}
 	close(stop)
 	wg.Wait()

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/syncbuf"
 )
 
@@ -34,7 +35,7 @@ func watching(t *testing.T, e *Engine, interval time.Duration) {
 // waitLogged waits until logs hold n lines containing s.
 func waitLogged(t *testing.T, logs *syncbuf.Buffer, s string, n int) {
 	t.Helper()
-	waitFor(t, "log line "+s, func() bool { return strings.Count(logs.String(), s) >= n })
+	await.For(t, "log line "+s, func() bool { return strings.Count(logs.String(), s) >= n })
 }
 
 // extraPolicy allows with data.extra.reason, or def when there is none.
@@ -54,7 +55,7 @@ func TestWatchAppliesChangesByNotification(t *testing.T) {
 	// by making a first change and seeing it applied.
 	start := time.Now()
 	writeAtomic(t, dir, map[string]string{"policy.rego": extraPolicy("v2")})
-	waitFor(t, "v2", func() bool { return reasonOf(t, e) == "v2" })
+	await.For(t, "v2", func() bool { return reasonOf(t, e) == "v2" })
 	t.Logf("an edited file applied %v after it was written", time.Since(start).Round(time.Millisecond))
 
 	// A folder created after the watch started is watched too.
@@ -63,7 +64,7 @@ func TestWatchAppliesChangesByNotification(t *testing.T) {
 	}
 	loads := strings.Count(logs.String(), "policy loaded")
 	writeFiles(t, dir, map[string]string{"extra/data.json": `{"reason": "from a new folder"}`})
-	waitFor(t, "the new folder's data", func() bool { return reasonOf(t, e) == "from a new folder" })
+	await.For(t, "the new folder's data", func() bool { return reasonOf(t, e) == "from a new folder" })
 	waitLogged(t, &logs, "policy loaded", loads+1)
 	if strings.Contains(logs.String(), "polling") {
 		t.Errorf("the watch fell back to polling:\n%s", logs.String())
@@ -97,7 +98,7 @@ func TestWatchFollowsAConfigMapSwap(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "v2 through the swapped link", func() bool { return reasonOf(t, e) == "v2" })
+	await.For(t, "v2 through the swapped link", func() bool { return reasonOf(t, e) == "v2" })
 }
 
 // When the watched folder itself is replaced, notifications for it stop:
@@ -112,7 +113,7 @@ func TestWatchFallsBackToPollingWhenTheFolderIsReplaced(t *testing.T) {
 	// The first look of the watch is logged only when something changed;
 	// make sure the watch is set up before replacing the folder.
 	writeAtomic(t, dir, constPolicy(`{"action": "allow", "reason": "v2"}`))
-	waitFor(t, "v2", func() bool { return reasonOf(t, e) == "v2" })
+	await.For(t, "v2", func() bool { return reasonOf(t, e) == "v2" })
 
 	next := filepath.Join(parent, "policy.next")
 	writeFiles(t, next, constPolicy(`{"action": "allow", "reason": "v3"}`))
@@ -122,7 +123,7 @@ func TestWatchFallsBackToPollingWhenTheFolderIsReplaced(t *testing.T) {
 	if err := os.Rename(next, dir); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "v3", func() bool { return reasonOf(t, e) == "v3" })
+	await.For(t, "v3", func() bool { return reasonOf(t, e) == "v3" })
 	waitLogged(t, &logs, "policy folder not watched, polling", 1)
 }
 
@@ -143,7 +144,7 @@ func TestWatchReloadsABundleFile(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "b2", func() bool { return reasonOf(t, e) == "b2" })
+	await.For(t, "b2", func() bool { return reasonOf(t, e) == "b2" })
 	if rev, _ := e.Status(); rev != "b2" {
 		t.Errorf("revision %q, want b2", rev)
 	}

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/valyala/fasthttp"
@@ -434,7 +435,7 @@ func TestUnreadRequestToldFromReadOne(t *testing.T) {
 			}
 			if !tc.readSecond {
 				<-closed
-				waitFor(t, "the agent's close to arrive", 5*time.Second, func() bool { return peerClosed(c.tcp) })
+				await.Within(t, 5*time.Second, "the agent's close to arrive", func() bool { return peerClosed(c.tcp) })
 			}
 			resp = fasthttp.AcquireResponse()
 			defer fasthttp.ReleaseResponse(resp)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // runAgent answers every run with RUN_STARTED and RUN_FINISHED for its runId.
@@ -99,7 +101,7 @@ func TestConsumerLeavingBeforeHeadersCancelsTheAgent(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the agent's request was not cancelled after the consumer left")
 	}
-	waitFor(t, "the request to be released", 10*time.Second, func() bool { return h.p.inFlight() == 0 })
+	await.Within(t, 10*time.Second, "the request to be released", func() bool { return h.p.inFlight() == 0 })
 }
 
 // TestBareLFAnsweredAtOnce pins that a request whose line or headers end in

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // TestDrain pins SIGTERM's behaviour: new requests get 503 shutting_down, a
@@ -45,7 +47,7 @@ func TestDrain(t *testing.T) {
 	defer cancel()
 	drained := make(chan error, 1)
 	go func() { drained <- h.p.Drain(ctx) }()
-	waitFor(t, "draining to start", time.Second, func() bool { ok, _ := h.p.Ready(); return !ok })
+	await.Within(t, time.Second, "draining to start", func() bool { ok, _ := h.p.Ready(); return !ok })
 
 	resp := h.post(t, context.Background(), "/agent", runInput("t", "late"))
 	if e := decodeError(t, resp); resp.StatusCode != 503 || e.Error.Code != "shutting_down" {

@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/aguard/aguard/admin"
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
@@ -255,7 +256,7 @@ decision := {"action": "require_approval", "reason": "review"} if input.run.thre
 			case "kill9":
 				redis.Stop()
 				redis.Restart()
-				waitFor(t, "the loss to be noticed", 10*time.Second, func() bool {
+				await.Within(t, 10*time.Second, "the loss to be noticed", func() bool {
 					_, body := adminDo(t, adm, "GET", "/readyz", "")
 					return strings.Contains(body, "redis lost data")
 				})
@@ -275,7 +276,7 @@ decision := {"action": "require_approval", "reason": "review"} if input.run.thre
 				t.Fatalf("/readyz after the loss: %d %s", status, body)
 			}
 			keys := []string{"aguard:{thread-c}:thread", "aguard:{thread-c}:call:h", "aguard:{thread-p}:thread", "aguard:{thread-p}:call:p"}
-			waitFor(t, "the records to be back in Redis", 10*time.Second, func() bool {
+			await.Within(t, 10*time.Second, "the records to be back in Redis", func() bool {
 				return rc.Exists(ctx, keys...).Val() == int64(len(keys))
 			})
 			other := adminServer(t, openStore(t, redis.URL()))

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // watching counts the streams the set watches (it also watches agent
@@ -56,7 +58,7 @@ func TestHangupSetTracksEveryStream(t *testing.T) {
 	if set == nil {
 		t.Fatal("no shared watcher")
 	}
-	waitFor(t, "3 streams watched", 5*time.Second, func() bool { return set.watching() == 3 })
+	await.Within(t, 5*time.Second, "3 streams watched", func() bool { return set.watching() == 3 })
 	set.hungUp(1 << 40) // never registered: nothing happens
 
 	leave[1]()
@@ -69,7 +71,7 @@ func TestHangupSetTracksEveryStream(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the request of the consumer that left was not cancelled")
 	}
-	waitFor(t, "2 streams watched", 5*time.Second, func() bool { return set.watching() == 2 })
+	await.Within(t, 5*time.Second, "2 streams watched", func() bool { return set.watching() == 2 })
 
 	close(release)
 	for i, b := range []io.ReadCloser{bodies[0], bodies[2]} {
@@ -79,7 +81,7 @@ func TestHangupSetTracksEveryStream(t *testing.T) {
 		b.Close()
 		leave[i]()
 	}
-	waitFor(t, "no stream watched", 5*time.Second, func() bool { return set.watching() == 0 })
+	await.Within(t, 5*time.Second, "no stream watched", func() bool { return set.watching() == 0 })
 	select {
 	case n := <-cancelled:
 		t.Fatalf("request %s was cancelled though its consumer stayed", n)

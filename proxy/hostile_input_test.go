@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/syncbuf"
 )
 
@@ -54,7 +55,7 @@ func TestHostileToolDataStaysData(t *testing.T) {
 	if len(frames) != 5 || !strings.HasPrefix(frames[4], `data: {"type":"RUN_FINISHED","threadId":"t","runId":"r","outcome":`) {
 		t.Fatalf("got %d frames:\n%s", len(frames), raw)
 	}
-	waitFor(t, "the stream's log lines", 2*time.Second, func() bool { return strings.Contains(logs.String(), "stream ended") })
+	await.Within(t, 2*time.Second, "the stream's log lines", func() bool { return strings.Contains(logs.String(), "stream ended") })
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		if !json.Valid([]byte(line)) {
 			t.Fatalf("log line is not one JSON record: %q", line)
@@ -150,6 +151,6 @@ func TestThousandConsumersLeaveAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.CloseIdleConnections()
-	waitFor(t, "every stream to be released", 10*time.Second, func() bool { return h.p.inFlight() == 0 })
-	waitFor(t, "the agent to see every request cancelled", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return open == 0 })
+	await.Within(t, 10*time.Second, "every stream to be released", func() bool { return h.p.inFlight() == 0 })
+	await.Within(t, 10*time.Second, "the agent to see every request cancelled", func() bool { mu.Lock(); defer mu.Unlock(); return open == 0 })
 }

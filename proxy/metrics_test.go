@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -56,7 +57,7 @@ func TestStreamCountsAddUp(t *testing.T) {
 				t.Errorf("run %d: %s = %v, want %v", i+1, c.name, got, c.want)
 			}
 		}
-		waitFor(t, "the stream to end", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
+		await.Within(t, 5*time.Second, "the stream to end", func() bool { return h.p.inFlight() == 0 })
 		if got, want := value(t, h.p.m.bytesOut), float64(frameBytes)*runs; got != want {
 			t.Errorf("run %d: bytes out = %v, want %v", i+1, got, want)
 		}
@@ -93,7 +94,7 @@ func TestStreamCountsReachTheCountersInSilence(t *testing.T) {
 	defer close(release)
 	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
 	defer resp.Body.Close()
-	waitFor(t, "3 content events counted", 5*time.Second, func() bool {
+	await.Within(t, 5*time.Second, "3 content events counted", func() bool {
 		return value(t, h.p.m.eventsIn["TEXT_MESSAGE_CONTENT"]) == 3 && value(t, h.p.m.eventsOut["TEXT_MESSAGE_CONTENT"]) == 3
 	})
 }

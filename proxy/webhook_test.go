@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/webhook"
 )
@@ -83,7 +84,7 @@ decision := {"action": "deny", "reason": "no"} if input.call.name == "rm_rf"
 		"llm.tool_call_started w-pay PENDING",
 		"llm.tool_call_approval_required w-pay REQUIRES_CONFIRMATION",
 	}
-	waitFor(t, "the webhooks", 5*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(want) })
+	await.Within(t, 5*time.Second, "the webhooks", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(want) })
 	mu.Lock()
 	defer mu.Unlock()
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {

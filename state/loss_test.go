@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -39,7 +40,7 @@ var ledgerKeys = []string{"aguard:{thread-c}:call:h", "aguard:{thread-c}:thread"
 func waitKeys(t testing.TB, srv *redistest.Server, keys ...string) {
 	t.Helper()
 	rc := rawClient(t, srv)
-	eventually(t, fmt.Sprintf("%v to be back in redis", keys), func() bool {
+	await.For(t, fmt.Sprintf("%v to be back in redis", keys), func() bool {
 		return rc.Exists(context.Background(), keys...).Val() == int64(len(keys))
 	})
 }
@@ -53,7 +54,7 @@ func TestFlushallIsDetectedAndWrittenBack(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := openRedisStore(t, srv, Options{Registerer: reg})
 	holdAndPend(t, s)
-	eventually(t, "the first heartbeat", s.markerSet)
+	await.For(t, "the first heartbeat", s.markerSet)
 	rc := rawClient(t, srv)
 	ctx := context.Background()
 
@@ -61,7 +62,7 @@ func TestFlushallIsDetectedAndWrittenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushed := time.Now()
-	eventually(t, "the loss to be reported", func() bool {
+	await.For(t, "the loss to be reported", func() bool {
 		_, reason := s.Ready()
 		return strings.Contains(reason, "degraded: redis lost data (marker)")
 	})
@@ -72,7 +73,7 @@ func TestFlushallIsDetectedAndWrittenBack(t *testing.T) {
 	if got := metricValue(t, s.met.dataLost.WithLabelValues("marker")); got != 1 {
 		t.Errorf("aguard_state_redis_data_lost_total{cause=marker} = %v, want 1", got)
 	}
-	eventually(t, "the write-back to be counted", func() bool {
+	await.For(t, "the write-back to be counted", func() bool {
 		return metricValue(t, s.met.writeBack.WithLabelValues("written")) >= 4
 	})
 	if r := rc.HGet(ctx, "aguard:{thread-c}:call:h", "r").Val(); r != "1" {
@@ -104,7 +105,7 @@ func TestALostThreadIsNotReadAsNothingPending(t *testing.T) {
 	srv := redistest.Start(t)
 	s := openRedisStore(t, srv, Options{heartbeat: time.Hour}) // the request finds the loss itself
 	holdAndPend(t, s)
-	eventually(t, "the first heartbeat", s.markerSet)
+	await.For(t, "the first heartbeat", s.markerSet)
 	ctx := context.Background()
 	if err := rawClient(t, srv).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -133,7 +134,7 @@ func TestALostThreadIsNotReadAsNothingPending(t *testing.T) {
 		t.Fatalf("ReadThread of an unknown thread in the loss window = %v, want ErrUnavailable", err)
 	}
 	// The write-back does not bring the approval back: the decline is newer.
-	eventually(t, "the write-back", func() bool {
+	await.For(t, "the write-back", func() bool {
 		s.loss.mu.Lock()
 		defer s.loss.mu.Unlock()
 		return s.loss.completed
@@ -151,7 +152,7 @@ func TestWriteBackKeepsWhatAnotherReplicaWroteAfterTheLoss(t *testing.T) {
 	a := openRedisStore(t, srv, Options{heartbeat: time.Hour})
 	b := openRedisStore(t, srv, Options{})
 	holdAndPend(t, a)
-	eventually(t, "the first heartbeat", a.markerSet)
+	await.For(t, "the first heartbeat", a.markerSet)
 	ctx := context.Background()
 	if err := rawClient(t, srv).FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestWriteBackKeepsWhatAnotherReplicaWroteAfterTheLoss(t *testing.T) {
 	mustPut(t, b, rejected)
 
 	a.wakeMonitor() // the heartbeat finds the marker gone and writes back
-	eventually(t, "A's write-back", func() bool {
+	await.For(t, "A's write-back", func() bool {
 		a.loss.mu.Lock()
 		defer a.loss.mu.Unlock()
 		return a.loss.completed
@@ -186,10 +187,10 @@ func TestARestartWithoutPersistenceIsALoss(t *testing.T) {
 	srv := redistest.Start(t)
 	s := openRedisStore(t, srv, Options{})
 	holdAndPend(t, s)
-	eventually(t, "the first heartbeat", s.markerSet)
+	await.For(t, "the first heartbeat", s.markerSet)
 	srv.Stop()
 	srv.Restart()
-	eventually(t, "the loss to be reported", func() bool {
+	await.For(t, "the loss to be reported", func() bool {
 		_, reason := s.Ready()
 		return strings.Contains(reason, "redis lost data (restart)")
 	})
@@ -205,7 +206,7 @@ func TestEvictionIsALoss(t *testing.T) {
 	srv := redistest.Start(t)
 	s := openRedisStore(t, srv, Options{})
 	holdAndPend(t, s)
-	eventually(t, "the first heartbeat", s.markerSet)
+	await.For(t, "the first heartbeat", s.markerSet)
 	ctx := context.Background()
 	rc := rawClient(t, srv)
 	used := rc.InfoMap(ctx, "memory").Item("Memory", "used_memory")
@@ -227,7 +228,7 @@ func TestEvictionIsALoss(t *testing.T) {
 			t.Fatal("nothing was evicted")
 		}
 	}
-	eventually(t, "the eviction to be reported", func() bool {
+	await.For(t, "the eviction to be reported", func() bool {
 		return metricValue(t, s.met.dataLost.WithLabelValues("eviction"))+metricValue(t, s.met.dataLost.WithLabelValues("marker")) >= 1
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -41,7 +42,7 @@ func openRedisStore(t testing.TB, srv *redistest.Server, opt Options) *Store {
 	t.Helper()
 	opt.RedisURL = srv.URL()
 	s := openStore(t, opt)
-	eventually(t, "the invalidation subscription to go live", s.subLive.Load)
+	await.For(t, "the invalidation subscription to go live", s.subLive.Load)
 	return s
 }
 
@@ -68,17 +69,6 @@ func metricValue(t testing.TB, c prometheus.Metric) float64 {
 		return m.Counter.GetValue()
 	}
 	return m.Gauge.GetValue()
-}
-
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func newCall(id, thread string, st Status, created time.Time) *ToolCall {
@@ -264,7 +254,7 @@ func TestListCallsFiltersByThreadAndStatusSortedByCreation(t *testing.T) {
 func TestRedisKeysFollowTheDocumentedLayoutAndExpire(t *testing.T) {
 	srv := redistest.Start(t)
 	s := openRedisStore(t, srv, Options{TTL: time.Hour})
-	eventually(t, "the first heartbeat", s.markerSet)
+	await.For(t, "the first heartbeat", s.markerSet)
 	ctx := context.Background()
 	before := time.Now().UnixMilli()
 	if err := s.PutCallsSync(ctx, []*ToolCall{newCall("c1", "t1", StatusExecuting, t0)},
@@ -367,7 +357,7 @@ func TestTerminalCallsAreServedFromLRUAndInvalidatedByOtherReplicas(t *testing.T
 	if _, err := a.update(ctx, Ref{"t", "done"}, func(c *ToolCall) error { c.ApprovedBy = "auditor"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B to see A's rewrite of a terminal call", func() bool {
+	await.For(t, "B to see A's rewrite of a terminal call", func() bool {
 		return mustGet(t, b, "t", "done").ApprovedBy == "auditor"
 	})
 	// A live call is never served from B's LRU while Redis is up.
@@ -534,11 +524,11 @@ func TestRedisOutageQueuesWritesAndRestartDeliversThemAll(t *testing.T) {
 	srv.Restart() // empty: nothing from before the outage survives in Redis
 	// That is a loss: degraded until it is written back, and for at least
 	// the loss hold (shortened here), then ok again.
-	eventually(t, "the loss to be reported", func() bool {
+	await.For(t, "the loss to be reported", func() bool {
 		_, reason := s.Ready()
 		return strings.Contains(reason, "degraded: redis lost data")
 	})
-	eventually(t, "the queue to drain and readiness to recover", func() bool {
+	await.For(t, "the queue to drain and readiness to recover", func() bool {
 		ok, reason := s.Ready()
 		return ok && reason == "" && metricValue(t, s.met.queueDepth) == 0
 	})
@@ -575,7 +565,7 @@ func TestQueueKeepsTheNewestWritesAndCountsDrops(t *testing.T) {
 	srv := redistest.Start(t)
 	link := srv.Link(t) // a partition, not a loss: Redis keeps its data
 	s := openStore(t, Options{RedisURL: link.URL(), QueueSize: 3})
-	eventually(t, "the invalidation subscription to go live", s.subLive.Load)
+	await.For(t, "the invalidation subscription to go live", s.subLive.Load)
 	link.Cut()
 	for i := range 5 {
 		mustPut(t, s, newCall(fmt.Sprint("q", i), "t", StatusExecuting, t0))
@@ -593,7 +583,7 @@ func TestQueueKeepsTheNewestWritesAndCountsDrops(t *testing.T) {
 	default:
 	}
 	link.Heal()
-	eventually(t, "the queue to drain", func() bool { return metricValue(t, s.met.queueDepth) == 0 })
+	await.For(t, "the queue to drain", func() bool { return metricValue(t, s.met.queueDepth) == 0 })
 	<-w.done
 	other := openRedisStore(t, srv, Options{})
 	for _, id := range []string{"q0", "q1", "q2", "q3"} {
@@ -620,7 +610,7 @@ func TestOpenWithRedisDownStartsDegradedAndRecovers(t *testing.T) {
 	}
 	mustPut(t, s, newCall("c", "t", StatusExecuting, t0))
 	srv.Restart()
-	eventually(t, "recovery", func() bool { _, reason := s.Ready(); return reason == "" && s.qlen.Load() == 0 })
+	await.For(t, "recovery", func() bool { _, reason := s.Ready(); return reason == "" && s.qlen.Load() == 0 })
 	if c := mustGet(t, openRedisStore(t, srv, Options{}), "t", "c"); c.ID != "c" {
 		t.Errorf("GetCall = %+v", c)
 	}
@@ -683,7 +673,7 @@ func TestCloseStopsEverythingAndFlushesTheQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "subscription", r.subLive.Load)
+	await.For(t, "subscription", r.subLive.Load)
 	ctx := context.Background()
 	mustPut(t, r, newCall("c", "t", StatusPending, t0))
 	// Queue a write behind Redis's back, then Close: it must be flushed.
@@ -734,7 +724,7 @@ func TestRedisCallsGiveUpWithTheCallersContext(t *testing.T) {
 	if _, reason := s.Ready(); reason != "" {
 		t.Errorf("a cancelled caller degraded the store: %q", reason)
 	}
-	eventually(t, "the queued write to drain", func() bool { return s.qlen.Load() == 0 })
+	await.For(t, "the queued write to drain", func() bool { return s.qlen.Load() == 0 })
 	if _, err := s.GetCall(ctx, Ref{"t", "other"}); !errors.Is(err, context.Canceled) {
 		t.Errorf("GetCall with a cancelled ctx = %v", err)
 	}

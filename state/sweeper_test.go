@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -111,7 +112,7 @@ func TestApprovalsTimeOutWithinSecondsOfTheirDeadline(t *testing.T) {
 			holdUntil(t, s, "thread-c", "h", deadline)
 			clk.set(deadline.Add(time.Millisecond))
 			passed := time.Now()
-			eventually(t, "the approval to time out", func() bool { return len(e.list()) == 1 })
+			await.For(t, "the approval to time out", func() bool { return len(e.list()) == 1 })
 			if d := time.Since(passed); d > 5*time.Second {
 				t.Errorf("timed out %v after its deadline, want within 5 s", d)
 			}
@@ -130,7 +131,7 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 	srv := redistest.Start(t)
 	link := srv.Link(t)
 	dead := openStore(t, Options{RedisURL: link.URL()})
-	eventually(t, "the first heartbeat", dead.markerSet)
+	await.For(t, "the first heartbeat", dead.markerSet)
 	var e ends
 	other := openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
 	ctx := context.Background()
@@ -146,7 +147,7 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 	}
 	link.Cut() // the replica is gone: no heartbeat, no stream end
 
-	eventually(t, "the lost run's calls to end", func() bool { return len(e.list()) == 2 })
+	await.For(t, "the lost run's calls to end", func() bool { return len(e.list()) == 2 })
 	for _, id := range []string{"streaming", "agent-side"} {
 		c := mustGet(t, other, "thread-k", id)
 		if c.Status != StatusCancelled || c.Cause != CauseRunLost || c.EndReason != "run lost: run-1 (its replica "+dead.origin+" stopped)" {
@@ -159,7 +160,7 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 	if c := mustGet(t, other, "thread-k", "next-run"); c.Status != StatusPending {
 		t.Errorf("another run's call became %s", c.Status)
 	}
-	eventually(t, "the claimed run to leave the registry", func() bool {
+	await.For(t, "the claimed run to leave the registry", func() bool {
 		return metricValue(t, other.met.runsLost) == 1 && rawClient(t, srv).Exists(ctx, runsKeyPrefix+dead.origin, runsKeyPrefix+other.origin).Val() == 0
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -168,9 +169,9 @@ func TestJSONLogThroughRedisOutage(t *testing.T) {
 	for range 3 {
 		stream()
 	}
-	waitUntil(t, "readiness to say Redis is unreachable", func() bool { return strings.Contains(readyz(), "redis unreachable") })
+	await.For(t, "readiness to say Redis is unreachable", func() bool { return strings.Contains(readyz(), "redis unreachable") })
 	rs.Restart()
-	waitUntil(t, "readiness to recover", func() bool { return !strings.Contains(readyz(), "redis unreachable") })
+	await.For(t, "readiness to recover", func() bool { return !strings.Contains(readyz(), "redis unreachable") })
 	for range 3 {
 		stream()
 	}

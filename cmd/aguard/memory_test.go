@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // procStatusMiB reads a "<field>: <n> kB" line of /proc/<pid>/status (VmRSS,
@@ -507,7 +509,7 @@ func TestMaxMemoryRefusesNewRuns(t *testing.T) {
 
 	// Once they are over, runs are taken again.
 	var last int
-	waitUntil(t, "runs to be taken again", func() bool {
+	await.For(t, "runs to be taken again", func() bool {
 		resp := post(fmt.Sprintf("after-%d", last))
 		last++
 		b, _ := io.ReadAll(resp.Body)

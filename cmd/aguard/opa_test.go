@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
 	opacompile "github.com/open-policy-agent/opa/v1/compile"
@@ -204,7 +205,7 @@ status:
 		}
 	}
 	srv.set(opaBuild(t, policyOf("allow", "r1 allows"), "r1", private))
-	waitUntil(t, "readiness", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 200 })
+	await.For(t, "readiness", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 200 })
 
 	input := `{"threadId":"t-opa","runId":"r-opa","protocolVersion":"1.0","messages":[],"tools":[{"name":"show_chart","description":"chart","parameters":{"type":"object"}}]}`
 	resp, err := http.Post("http://"+a.listen+"/agent", "application/json", strings.NewReader(input))
@@ -224,7 +225,7 @@ status:
 	}
 
 	srv.set(opaBuild(t, policyOf("deny", "r2 denies"), "r2", private))
-	waitUntil(t, "r2 to be reported active", func() bool { return srv.activeRevision() == "r2" })
+	await.For(t, "r2 to be reported active", func() bool { return srv.activeRevision() == "r2" })
 	close(release)
 	rest, _ := io.ReadAll(br)
 	var denied struct {
@@ -255,7 +256,7 @@ status:
 	}
 
 	for _, c := range []struct{ id, revision, action string }{{rec.DecisionID, "r1", "allow"}, {denied.Value.DecisionID, "r2", "deny"}} {
-		waitUntil(t, "decision "+c.id+" in the decision log", func() bool { return srv.logged(c.id) != nil })
+		await.For(t, "decision "+c.id+" in the decision log", func() bool { return srv.logged(c.id) != nil })
 		ev := srv.logged(c.id)
 		b, _ := json.Marshal(ev)
 		if strings.Contains(string(b), "secret-") {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 var (
@@ -161,7 +163,7 @@ func TestServeProbesMetricsAndSIGTERM(t *testing.T) {
 	}
 
 	a.cmd.Process.Signal(syscall.SIGTERM)
-	waitUntil(t, "readiness to drop", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 503 })
+	await.For(t, "readiness to drop", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 503 })
 	late, err := http.Post("http://"+a.listen+"/agent", "application/json", strings.NewReader(input))
 	if err != nil {
 		t.Fatal(err)
@@ -199,16 +201,6 @@ func TestServeConfigError(t *testing.T) {
 	}
 	if !strings.Contains(string(out), `mode (from --mode): want enforce or monitor, got "audit"`) {
 		t.Fatalf("output: %s", out)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; !cond(); i++ {
-		if i > 500 {
-			t.Fatal(fmt.Sprintf("timed out waiting for %s", what))
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

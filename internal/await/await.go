@@ -1,0 +1,38 @@
+// Package await is the one poll loop aguard's tests share: it waits for a
+// condition that another goroutine or process makes true, and fails the test
+// with what it was waiting for when that does not happen in time.
+//
+// It is for tests only. A test that must show something did not happen waits
+// for an event that proves it (a later event, a counter, a log line), never
+// for a while.
+package await
+
+import (
+	"testing"
+	"time"
+)
+
+// Default is how long For waits: long enough for a loaded CI machine, short
+// enough that a broken test fails before the package's timeout.
+const Default = 10 * time.Second
+
+// interval is the pause between two looks at the condition.
+const interval = 5 * time.Millisecond
+
+// For polls cond until it holds, and fails t naming what after Default.
+func For(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	Within(t, Default, what, cond)
+}
+
+// Within is For with its own limit d.
+func Within(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(interval)
+	}
+}
