@@ -138,6 +138,10 @@ type Engine struct {
 	// failures counts failed loads: folder reloads, bundle downloads and
 	// activations.
 	failures atomic.Uint64
+	// looks counts the times Watch compared the folder with the last load,
+	// whether or not it changed: tests wait on it to see that a change was
+	// looked at and left alone.
+	looks atomic.Uint64
 
 	reloadMu sync.Mutex // serialises loads
 

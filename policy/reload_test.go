@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/syncbuf"
 )
 
@@ -118,16 +119,13 @@ func writeAtomic(t *testing.T, dir string, files map[string]string) {
 	}
 }
 
-// waitFor polls cond until it holds or the test times out.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// awaitLook waits until Watch has looked at the folder at least once after
+// the call: Watch looks one at a time, so of two looks completed after the
+// call, the second began after it.
+func awaitLook(t *testing.T, e *Engine) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	after := e.looks.Load() + 2
+	await.For(t, "the watcher to look at the folder", func() bool { return e.looks.Load() >= after })
 }
 
 func TestWatch(t *testing.T) {
@@ -150,11 +148,11 @@ func TestWatch(t *testing.T) {
 	}()
 
 	writeAtomic(t, dir, constPolicy(`{"action": "allow", "reason": "v2"}`))
-	waitFor(t, "the new decision", func() bool { return reasonOf(t, e) == "v2" })
+	await.For(t, "the new decision", func() bool { return reasonOf(t, e) == "v2" })
 
 	goodRev, _ := e.Status()
 	writeAtomic(t, dir, map[string]string{"policy.rego": brokenPolicy})
-	waitFor(t, "the broken policy to be reported", func() bool { _, err := e.Status(); return err != nil })
+	await.For(t, "the broken policy to be reported", func() bool { _, err := e.Status(); return err != nil })
 	rev, err := e.Status()
 	if !strings.Contains(err.Error(), "policy.rego:5") || rev != goodRev {
 		t.Errorf("Status = %q, %v; want %q and an error naming policy.rego:5", rev, err, goodRev)
@@ -162,8 +160,8 @@ func TestWatch(t *testing.T) {
 	if got := reasonOf(t, e); got != "v2" {
 		t.Errorf("reason %q while the broken policy is on disk, want v2", got)
 	}
-	// The broken content is reported once, not at every poll.
-	time.Sleep(100 * time.Millisecond)
+	// The broken content is reported once, not at every look.
+	awaitLook(t, e)
 	if n := strings.Count(logs.String(), "policy load failed"); n != 1 {
 		t.Errorf("broken policy logged %d times, want once", n)
 	}
@@ -171,7 +169,7 @@ func TestWatch(t *testing.T) {
 	loaded := strings.Count(logs.String(), "policy loaded")
 	writeAtomic(t, dir, constPolicy(`{"action": "allow", "reason": "v3"}`))
 	// The load is logged just after Status reports it: wait for both.
-	waitFor(t, "the fixed policy", func() bool {
+	await.For(t, "the fixed policy", func() bool {
 		_, err := e.Status()
 		return err == nil && strings.Count(logs.String(), "policy loaded") > loaded
 	})
@@ -183,7 +181,7 @@ func TestWatch(t *testing.T) {
 	rev, _ = e.Status()
 	loads := strings.Count(logs.String(), "policy loaded")
 	writeAtomic(t, dir, map[string]string{"policy_test.rego": "package aguard_test\n"})
-	time.Sleep(100 * time.Millisecond)
+	awaitLook(t, e)
 	if r, _ := e.Status(); r != rev || strings.Count(logs.String(), "policy loaded") != loads {
 		t.Errorf("changing a _test.rego file reloaded the policy")
 	}

@@ -28,10 +28,11 @@ const (
 // ctx is done. It is told of changes by the operating system (fsnotify:
 // inotify on Linux) and reads the folder once it has been quiet for 100ms
 // (500ms at most after the first change), so a change applies well within a
-// second. When notifications cannot be had (no inotify instance left, a
-// file system without them) or the watched folder itself goes away, it falls
-// back to polling every interval (2s when interval <= 0), reloading when the
-// content has changed and stayed the same for one more poll.
+// second. It also polls the folder every interval (2s when interval <= 0),
+// reloading when the content has changed and stayed the same for one more
+// poll: that catches changes whose notification was lost, and is all it
+// does when notifications cannot be had (no inotify instance left, a file
+// system without them) or the watched folder itself goes away.
 //
 // Either way it reloads only when the content of the .rego, .json and .yaml
 // files differs from what the last load attempt read, so a broken policy is
@@ -46,14 +47,14 @@ func (e *Engine) Watch(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = defaultWatchInterval
 	}
-	if !e.notify(ctx) {
+	if !e.notify(ctx, interval) {
 		e.poll(ctx, interval)
 	}
 }
 
 // notify watches with fsnotify until ctx is done (true), or until
 // notifications stop working (false: the caller polls).
-func (e *Engine) notify(ctx context.Context) bool {
+func (e *Engine) notify(ctx context.Context, interval time.Duration) bool {
 	root := e.dir
 	if e.src.bundle != "" {
 		root = filepath.Dir(e.dir) // a file is watched through its folder
@@ -78,10 +79,19 @@ func (e *Engine) notify(ctx context.Context) bool {
 	settle := time.NewTimer(time.Hour)
 	settle.Stop()
 	var first time.Time // first change not yet read; zero when none
+	// Notifications can be lost (an overflowed queue, a file system that
+	// sends none for some changes): the folder is also polled, as the
+	// fallback does.
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	pending := ""
 	for {
 		select {
 		case <-ctx.Done():
 			return true
+		case <-tick.C:
+			e.pollOnce(ctx, &pending)
+			continue
 		case ev, ok := <-w.Events:
 			if !ok {
 				return false
@@ -147,11 +157,10 @@ func (e *Engine) reloadIfChanged(ctx context.Context) {
 	if changed {
 		_ = e.Reload(ctx) // logged and kept for Status by Reload
 	}
+	e.looks.Add(1)
 }
 
-// poll checks the folder every interval and reloads when its content has
-// changed and stayed the same for one more poll, so that a file caught
-// half-written is not compiled.
+// poll checks the folder every interval until ctx is done.
 func (e *Engine) poll(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -161,19 +170,27 @@ func (e *Engine) poll(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		seen := e.contentKey()
-		e.mu.Lock()
-		changed := seen != e.lastSeen
-		e.mu.Unlock()
-		switch {
-		case !changed:
-			pending = ""
-		case seen != pending:
-			pending = seen // wait for it to settle
-		default:
-			pending = ""
-			_ = e.Reload(ctx) // logged and kept for Status by Reload
+			e.pollOnce(ctx, &pending)
 		}
 	}
+}
+
+// pollOnce looks at the folder and reloads when its content has changed
+// and stayed the same since the previous look (*pending), so that a file
+// caught half-written is not compiled.
+func (e *Engine) pollOnce(ctx context.Context, pending *string) {
+	seen := e.contentKey()
+	e.mu.Lock()
+	changed := seen != e.lastSeen
+	e.mu.Unlock()
+	switch {
+	case !changed:
+		*pending = ""
+	case seen != *pending:
+		*pending = seen // wait for it to settle
+	default:
+		*pending = ""
+		_ = e.Reload(ctx) // logged and kept for Status by Reload
+	}
+	e.looks.Add(1)
 }
