@@ -33,7 +33,7 @@ type ledger struct {
 	in                *agui.RunInput
 	clientToolTimeout time.Duration
 	log               *slog.Logger
-	now               func() time.Time
+	now               func() time.Time // the store's clock, by which deadlines are judged
 	// calls are the records of the calls this stream started, by id.
 	calls map[string]*state.ToolCall
 	// registered: the run is in the store's runs registry, so that another
@@ -42,7 +42,7 @@ type ledger struct {
 }
 
 func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
-	return &ledger{store: store, notify: notify, in: in, clientToolTimeout: clientToolTimeout, log: log, now: time.Now,
+	return &ledger{store: store, notify: notify, in: in, clientToolTimeout: clientToolTimeout, log: log, now: store.Now,
 		calls: map[string]*state.ToolCall{}}
 }
 

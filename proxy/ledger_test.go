@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
@@ -258,11 +260,13 @@ func TestInterruptCoverage(t *testing.T) {
 // TestLateAnswerAfterClientDeadline pins clientToolDeadlineAt: an answer that
 // arrives after it is rewritten to a decline and the call recorded TIMED_OUT.
 func TestLateAnswerAfterClientDeadline(t *testing.T) {
-	store := openStore(t, "")
+	var clock atomic.Int64 // the store's clock, in unix ns
+	clock.Store(time.Now().UnixNano())
+	store := openStoreOpt(t, state.Options{Now: func() time.Time { return time.Unix(0, clock.Load()) }})
 	agent := &recordingAgent{runs: map[string][]string{"run-1": pendingRun("run-1", "call-9"), "run-2": textRun("run-2")}}
-	h := newHarness(t, agent.ServeHTTP, func(o *Options) { o.State = store; o.ClientToolTimeout = time.Millisecond })
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) { o.State = store; o.ClientToolTimeout = time.Minute })
 	postRun(t, h, threadInput("run-1", "", ""))
-	time.Sleep(5 * time.Millisecond)
+	clock.Add(int64(time.Minute + time.Second))
 	if status, _, _ := postRun(t, h, threadInput("run-2", answer("call-9", "done"), "")); status != 200 {
 		t.Fatal(status)
 	}
@@ -295,7 +299,7 @@ func TestRedisDownMidRunLosesNothing(t *testing.T) {
 		status, got, _ := postRun(t, h, threadInput("run-1", "", ""))
 		done <- result{status, got}
 	}()
-	waitFor(t, "the run to start", 5*time.Second, func() bool { _, n := agent.last(); return n == 1 })
+	await.Within(t, 5*time.Second, "the run to start", func() bool { _, n := agent.last(); return n == 1 })
 	redis.Stop()
 	close(release)
 	var r result
@@ -312,7 +316,7 @@ func TestRedisDownMidRunLosesNothing(t *testing.T) {
 	}
 	redis.Restart()
 	other := openStore(t, redis.URL())
-	waitFor(t, "the queued writes to reach Redis", 15*time.Second, func() bool {
+	await.Within(t, 15*time.Second, "the queued writes to reach Redis", func() bool {
 		th, err := other.GetThread(context.Background(), "thread-x")
 		return err == nil && strings.Join(th.PendingCalls, ",") == "call-7"
 	})
