@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // TestClientDisconnectCancelsUpstream pins that a consumer leaving a silent
@@ -59,7 +61,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("the agent's request was not cancelled after the consumer left")
 			}
-			waitFor(t, "the stream to be released", 5*time.Second, func() bool { return h.p.inFlight() == 0 })
+			await.Within(t, 5*time.Second, "the stream to be released", func() bool { return h.p.inFlight() == 0 })
 		})
 	}
 }
@@ -108,29 +110,33 @@ func TestHeartbeatInSilence(t *testing.T) {
 // request is cancelled. Comments from the agent count as activity.
 func TestSilentAgentEndsAtTheIdleLimit(t *testing.T) {
 	cancelled := make(chan struct{})
+	commented := make(chan struct{}) // the agent sent its last comment
 	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
 		w.(http.Flusher).Flush()
-		// Comments keep it alive past the limit…
-		for range 6 {
-			time.Sleep(40 * time.Millisecond)
+		// Comments keep it alive past the limit (800ms of them, one every
+		// 100ms against a limit of 600ms)…
+		for range 8 {
+			time.Sleep(100 * time.Millisecond)
 			io.WriteString(w, ": agent keep-alive\n\n")
 			w.(http.Flusher).Flush()
 		}
+		close(commented)
 		// …then it stalls.
 		<-r.Context().Done()
 		close(cancelled)
-	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond; o.UpstreamIdleTimeout = 150 * time.Millisecond })
-	start := time.Now()
+	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond; o.UpstreamIdleTimeout = 600 * time.Millisecond })
 	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
 	defer resp.Body.Close()
 	got := readAll(t, resp.Body)
 	if len(got) != 2 || field(t, got[1], "code") != "AGUARD_UPSTREAM_LOST" || !strings.Contains(field(t, got[1], "message"), "sent nothing for") {
 		t.Fatalf("got %q", got)
 	}
-	if time.Since(start) < 240*time.Millisecond {
-		t.Fatalf("ended after %s: the agent's comments did not count as activity", time.Since(start))
+	select {
+	case <-commented:
+	default:
+		t.Fatal("the stream ended while the agent was still sending comments: they did not count as activity")
 	}
 	select {
 	case <-cancelled:
