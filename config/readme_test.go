@@ -27,7 +27,7 @@ func TestREADMEReference(t *testing.T) {
 	if !ok1 || !ok2 {
 		t.Fatalf("README.md lacks the %q … %q markers", strings.TrimSpace(refStart), refEnd)
 	}
-	want := before + refStart + Reference() + refEnd + after
+	want := before + refStart + reference() + refEnd + after
 	if readme == want {
 		return
 	}
@@ -37,5 +37,5 @@ func TestREADMEReference(t *testing.T) {
 		}
 		return
 	}
-	t.Fatalf("README.md's configuration reference is stale; run: go test ./config -run TestREADMEReference -update\nwant:\n%s", Reference())
+	t.Fatalf("README.md's configuration reference is stale; run: go test ./config -run TestREADMEReference -update\nwant:\n%s", reference())
 }

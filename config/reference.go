@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// Reference renders the settings table as Markdown, as the README shows it.
-func Reference() string {
+// reference renders the settings table as Markdown, as the README shows it.
+func reference() string {
 	var b strings.Builder
 	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
 	for _, f := range Flags {

@@ -13,7 +13,7 @@
 // seconds of CPU and four times its size in memory.
 //
 // Writing: WriteFrame writes one event as "data: <json>\n\n" with LF only, the
-// only framing aguard emits; WritePing writes the ": ping" keep-alive comment.
+// only framing aguard emits; Ping is the keep-alive comment.
 //
 // Package sse knows nothing of AG-UI: it neither parses nor checks the JSON it
 // carries (see package agui).
@@ -74,9 +74,3 @@ func WriteFrame(w *bufio.Writer, data []byte) error {
 
 // Ping is the keep-alive comment frame written in silence.
 const Ping = ": ping\n\n"
-
-// WritePing writes the keep-alive comment frame to w. It does not flush.
-func WritePing(w *bufio.Writer) error {
-	_, err := w.WriteString(Ping)
-	return err
-}

@@ -190,9 +190,7 @@ func TestWriteFrame(t *testing.T) {
 	if err := WriteFrame(w, []byte(`{"type":"RUN_STARTED"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := WritePing(w); err != nil {
-		t.Fatal(err)
-	}
+	w.WriteString(Ping)
 	w.Flush()
 	if got, want := buf.String(), "data: {\"type\":\"RUN_STARTED\"}\n\n: ping\n\n"; got != want {
 		t.Fatalf("got %q, want %q", got, want)
