@@ -11,10 +11,9 @@
 // one stream holds. Listens on loopback only.
 //
 // -ledger wires the tool-call ledger (state.Open, in-process LRU) into the
-// proxy as proxy.Options.State, and -redis URL puts it in front of that
-// Redis. (aguard serve opens the store for its admin API but, at the time of
-// writing, does not pass it to proxy.New, so its data plane keeps no
-// ledger even with --redis; these flags measure what wiring it would cost.)
+// proxy as proxy.Options.State, as aguard serve always does, and -redis URL
+// puts it in front of that Redis, as aguard serve --redis does: the profile
+// then shows the ledger's share.
 package main
 
 import (
