@@ -113,6 +113,12 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 	run := 0                     // output RUN_STARTED events seen
 	lanes := map[string]string{} // owner -> tool call id of its open chunk lane
 	var echoed map[string]bool   // calls the current run's input echo carries
+	// early counts, per run and call, the REASONING_ENCRYPTED_VALUE events
+	// about a call fed before the call started: nothing yet said it would
+	// be held, so they may go out (events keep their order, so they are the
+	// first ones out about that call).
+	early := map[holdKey]int{}
+	started := map[holdKey]bool{}
 	fail := func(format string, args ...any) {
 		t.Helper()
 		t.Fatalf(format+"\nin:\n%s\nout:\n%s", append(args, bytes.Join(events, []byte("\n")), bytes.Join(outs, []byte("\n")))...)
@@ -216,9 +222,14 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 					see(step, *ev.ToolCallID, ev.Type)
 				}
 			case tReasoningEncrypted:
-				if ev.Subtype == "tool-call" {
-					see(step, ev.EntityID, ev.Type)
+				if ev.Subtype != "tool-call" {
+					break
 				}
+				if k := (holdKey{run, ev.EntityID}); early[k] > 0 {
+					early[k]--
+					break
+				}
+				see(step, ev.EntityID, ev.Type)
 			case tCustom:
 				delete(lanes, owner)
 				if ev.Name == "aguard.tool_call_denied" {
@@ -237,12 +248,19 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 			d.run++
 		}
 		var in struct {
-			Type     string
-			Messages replayedList
-			Input    *struct{ Messages replayedList }
+			Type       string
+			ToolCallID *string
+			Subtype    string
+			EntityID   string
+			Messages   replayedList
+			Input      *struct{ Messages replayedList }
 		}
 		if json.Unmarshal(e, &in) == nil {
 			switch {
+			case (in.Type == tToolStart || in.Type == tToolChunk) && in.ToolCallID != nil:
+				started[holdKey{d.run, *in.ToolCallID}] = true
+			case in.Type == tReasoningEncrypted && in.Subtype == "tool-call" && !started[holdKey{d.run, in.EntityID}]:
+				early[holdKey{d.run, in.EntityID}]++
 			case in.Type == tMessagesSnapshot:
 				expect = append(expect, in.Messages.calls())
 			case in.Type == tRunStarted && in.Input != nil:
