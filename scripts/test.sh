@@ -53,8 +53,14 @@ min_execs=${FUZZ_MIN_EXECS:-1000}
 # exceeded" as -fuzztime expires (golang/go#75804, fixed in Go 1.27): no
 # failing input is written. Such a run is retried once; any other failure,
 # and any run that wrote a failing input, fails the suite.
+#
+# Before fuzzing, Go runs every input of the target's corpus (its testdata and
+# the inputs cached from earlier runs on this machine) to gather baseline
+# coverage; on a busy machine that can take the whole -fuzztime. A run that
+# never finished its baseline is run again, once, for four times as long: the
+# executions counted are still only those after the baseline.
 fuzz_once() {
-  go test -run '^$' -fuzz "^$2\$" -fuzztime "$fuzztime" -fuzzminimizetime 100x "$1" 2>&1
+  go test -run '^$' -fuzz "^$2\$" -fuzztime "${3:-$fuzztime}" -fuzzminimizetime 100x "$1" 2>&1
 }
 fuzz() {
   local out execs
@@ -68,6 +74,13 @@ fuzz() {
     fi
   fi
   execs=$(echo "$out" | sed -n 's/.*execs: \([0-9]*\).*/\1/p' | tail -n 1)
+  if [ -z "$execs" ] && echo "$out" | grep -q 'gathering baseline coverage'; then
+    echo "$1 $2: the baseline coverage did not finish in $fuzztime; running it again for longer"
+    local longer=$fuzztime
+    [[ ${fuzztime%s} =~ ^[0-9]+$ ]] && longer="$(( ${fuzztime%s} * 4 ))s"
+    out=$(fuzz_once "$1" "$2" "$longer") || { echo "$out"; return 1; }
+    execs=$(echo "$out" | sed -n 's/.*execs: \([0-9]*\).*/\1/p' | tail -n 1)
+  fi
   echo "$1 $2: ${execs:-0} executions in $fuzztime"
   if [ "${execs:-0}" -lt "$min_execs" ]; then
     echo "$out" >&2
