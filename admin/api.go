@@ -197,7 +197,7 @@ func (a *api) decide(approve bool) http.HandlerFunc {
 		now := a.opt.Now()
 		t := state.Reject(d.ApprovedBy, now)
 		if approve {
-			t = state.Approve(d.ApprovedBy, now, a.opt.ClientToolTimeout)
+			t = state.Approve(d.ApprovedBy, "", now, a.opt.ClientToolTimeout)
 		}
 		c, err := a.opt.Store.Apply(r.Context(), ref, t)
 		switch {

@@ -178,6 +178,10 @@ type Verdict struct {
 	// DecisionID identifies the decision in logs and in the signals the
 	// consumer receives.
 	DecisionID string
+	// PolicyRevision names the policy that decided (a bundle's revision, or
+	// a policy folder's content hash), for the ledger; "" when no policy
+	// did (aguard's own decisions).
+	PolicyRevision string
 	// RequiresApprovalAt is the approval deadline (RFC 3339) stated to the
 	// consumer with ActionRequireApproval. The Stream has no clock; the
 	// Decider computes it.

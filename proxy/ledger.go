@@ -39,6 +39,9 @@ type ledger struct {
 	// registered: the run is in the store's runs registry, so that another
 	// replica ends its open calls if this one dies.
 	registered bool
+	// requestedBy is the authenticated consumer's subject, recorded on
+	// every call the stream starts ("" when aguard authenticates no one).
+	requestedBy string
 }
 
 func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
@@ -72,6 +75,7 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 			l.registered = true
 		}
 		c := state.NewCall(l.ref(ev.ID), l.in.RunID, ev.Name, ev.Frontend, now)
+		c.RequestedBy = l.requestedBy
 		if t, ok := l.in.Tool(ev.Name); ok {
 			c.Description = t.Description
 			c.ParametersJSONSchema = json.RawMessage(t.Parameters)
@@ -110,6 +114,7 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 		l.log.Debug("tool call event does not apply to its record", "toolCallId", ev.ID, "err", err)
 		return
 	}
+	c.UpdatedAt = now // as the webhook tells it; the store stamps its write
 	l.put(ctx, c)
 	switch {
 	case c.Status == state.StatusRequiresConfirmation && ev.Kind == agui.CallDecided:
@@ -124,16 +129,17 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 // require_approval that cannot hold (an agent-side call, which the stream
 // denies, or an unreadable deadline) only records the decision.
 func (l *ledger) decided(c *state.ToolCall, v agui.Verdict, now time.Time) state.Transition {
+	d := state.PolicyDecision{ID: v.DecisionID, Revision: v.PolicyRevision, Reason: v.Reason}
 	switch v.Action {
 	case agui.ActionDeny:
-		return state.Deny(v.Reason, v.DecisionID, now)
+		return state.Deny(d, now)
 	case agui.ActionRequireApproval:
 		if at, err := time.Parse(time.RFC3339, v.RequiresApprovalAt); err == nil && c.IsClientTool {
-			return state.Hold(at, v.DecisionID)
+			return state.Hold(at, d)
 		}
 		l.store.ReleaseHold(state.RefOf(c))
 	}
-	return state.Allow(v.DecisionID)
+	return state.Allow(d)
 }
 
 // runEnded writes how a run ended, and the thread's pending calls, in one

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -168,10 +169,22 @@ func (t Transition) refuse(c *ToolCall, why string) error {
 func open(st Status) bool { return !st.Terminal() }
 
 // NewCall is the record of a call that starts streaming (start): PENDING,
-// created now.
+// created (and updated) now.
 func NewCall(ref Ref, runID, name string, frontend bool, now time.Time) *ToolCall {
 	return &ToolCall{ID: ref.ID, ThreadID: ref.ThreadID, RunID: runID, Name: name, Status: StatusPending,
-		IsClientTool: frontend, CreatedAt: now}
+		IsClientTool: frontend, CreatedAt: now, UpdatedAt: now}
+}
+
+// PolicyDecision is what the record keeps of the policy's decision about
+// a call: its id, the revision of the policy that made it, and the
+// policy's reason.
+type PolicyDecision struct {
+	ID, Revision, Reason string
+}
+
+// stamp records d on c.
+func (d PolicyDecision) stamp(c *ToolCall) {
+	c.DecisionID, c.PolicyRevision, c.DecisionReason = d.ID, d.Revision, d.Reason
 }
 
 // ArgumentsComplete records a call's complete argument text (TOOL_CALL_END).
@@ -196,43 +209,43 @@ func ArgumentsComplete(args []byte) Transition {
 	return t
 }
 
-// Deny records the policy's denial: FAILED, "denied by policy: <reason>".
-func Deny(reason, decisionID string, now time.Time) Transition {
+// Deny records the policy's denial d: FAILED, "denied by policy: <reason>".
+func Deny(d PolicyDecision, now time.Time) Transition {
 	t := Transition{Name: TransitionDeny}
 	t.apply = func(c *ToolCall) error {
 		if !open(c.Status) {
 			return t.refuse(c, "an open call")
 		}
-		c.DecisionID = decisionID
-		c.end(StatusFailed, CauseDenied, CauseDenied.Text()+": "+reason, now)
+		d.stamp(c)
+		c.end(StatusFailed, CauseDenied, CauseDenied.Text()+": "+d.Reason, now)
 		return nil
 	}
 	return t
 }
 
-// Allow records the policy's decision to let the call proceed; the status
-// does not change.
-func Allow(decisionID string) Transition {
+// Allow records the policy's decision d to let the call proceed; the
+// status does not change.
+func Allow(d PolicyDecision) Transition {
 	t := Transition{Name: TransitionAllow}
 	t.apply = func(c *ToolCall) error {
 		if !open(c.Status) {
 			return t.refuse(c, "an open call")
 		}
-		c.DecisionID = decisionID
+		d.stamp(c)
 		return nil
 	}
 	return t
 }
 
-// Hold puts a frontend call up for approval until deadline:
-// REQUIRES_CONFIRMATION.
-func Hold(deadline time.Time, decisionID string) Transition {
+// Hold puts a frontend call up for approval until deadline, as the
+// policy's decision d says: REQUIRES_CONFIRMATION.
+func Hold(deadline time.Time, d PolicyDecision) Transition {
 	t := Transition{Name: TransitionHold}
 	t.apply = func(c *ToolCall) error {
 		if c.Status != StatusPending || !c.IsClientTool {
 			return t.refuse(c, "a pending frontend call")
 		}
-		c.DecisionID = decisionID
+		d.stamp(c)
 		c.Status = StatusRequiresConfirmation
 		at := deadline.UTC()
 		c.RequiresApprovalAt = &at
@@ -251,23 +264,33 @@ func approvalExpired(c *ToolCall, now time.Time) bool {
 	return awaiting(c) && c.RequiresApprovalAt != nil && now.After(*c.RequiresApprovalAt)
 }
 
+// ErrArgumentsChanged refuses an approval given for other arguments than
+// the call's: the digest the reviewer saw is not the record's
+// argumentsDigest. Nothing is written.
+var ErrArgumentsChanged = errors.New("state: the call's arguments are not the ones approved")
+
 // Approve records a reviewer's approval: EXECUTING, dispatched to the
 // application, which has clientTimeout to answer. An approval after
 // requiresApprovalAt is refused as the ToolCall model says ("an approval
 // received after the deadline is rejected"; README, the ledger): the call
 // times out instead (TIMED_OUT,
 // CauseApprovalTimeout), which the caller sees in the record.
-func Approve(by string, now time.Time, clientTimeout time.Duration) Transition {
-	return decide(TransitionApprove, true, by, now, clientTimeout)
+//
+// digest, when not "", is the argumentsDigest of the arguments the
+// reviewer approved (lower-case hex SHA-256; upper case is read as lower):
+// when it is not the call's, the approval is refused with an error wrapping
+// ErrArgumentsChanged and the call stays held.
+func Approve(by, digest string, now time.Time, clientTimeout time.Duration) Transition {
+	return decide(TransitionApprove, true, by, strings.ToLower(digest), now, clientTimeout)
 }
 
 // Reject records a reviewer's rejection: CANCELLED, "approval rejected". Past
 // requiresApprovalAt the call times out instead, as for Approve.
 func Reject(by string, now time.Time) Transition {
-	return decide(TransitionReject, false, by, now, 0)
+	return decide(TransitionReject, false, by, "", now, 0)
 }
 
-func decide(name TransitionName, approve bool, by string, now time.Time, clientTimeout time.Duration) Transition {
+func decide(name TransitionName, approve bool, by, digest string, now time.Time, clientTimeout time.Duration) Transition {
 	t := Transition{Name: name}
 	t.apply = func(c *ToolCall) error {
 		if !awaiting(c) {
@@ -276,6 +299,10 @@ func decide(name TransitionName, approve bool, by string, now time.Time, clientT
 		if approvalExpired(c, now) {
 			c.end(StatusTimedOut, CauseApprovalTimeout, CauseApprovalTimeout.Text(), now)
 			return nil
+		}
+		if digest != "" && digest != c.ArgumentsDigest {
+			return fmt.Errorf("state: %s of %s: approved arguments %s, the call's are %s: %w",
+				t.Name, RefOf(c), digest, c.ArgumentsDigest, ErrArgumentsChanged)
 		}
 		at := now.UTC()
 		c.Approved, c.ApprovedAt, c.ApprovedBy = &approve, &at, by

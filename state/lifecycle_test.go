@@ -3,6 +3,8 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,13 +42,13 @@ func TestTransitionsCheckTheStatusTheyStartFrom(t *testing.T) {
 	}{
 		{"arguments of a pending frontend call", status(StatusPending), ArgumentsComplete([]byte(`{}`)), true, StatusPending, ""},
 		{"arguments of an ended call", status(StatusCompleted), ArgumentsComplete([]byte(`{}`)), false, "", ""},
-		{"hold a pending frontend call", status(StatusPending), Hold(now.Add(time.Hour), "d"), true, StatusRequiresConfirmation, ""},
-		{"hold an executing call", status(StatusExecuting), Hold(now.Add(time.Hour), "d"), false, "", ""},
-		{"deny an open call", status(StatusExecuting), Deny("no", "d", now), true, StatusFailed, CauseDenied},
-		{"deny an ended call", status(StatusCancelled), Deny("no", "d", now), false, "", ""},
-		{"approve a held call", held, Approve("bob", now, time.Hour), true, StatusExecuting, ""},
-		{"approve past the deadline times out", expired, Approve("bob", now, time.Hour), true, StatusTimedOut, CauseApprovalTimeout},
-		{"approve a dispatched call", dispatched(now), Approve("bob", now, time.Hour), false, "", ""},
+		{"hold a pending frontend call", status(StatusPending), Hold(now.Add(time.Hour), PolicyDecision{ID: "d"}), true, StatusRequiresConfirmation, ""},
+		{"hold an executing call", status(StatusExecuting), Hold(now.Add(time.Hour), PolicyDecision{ID: "d"}), false, "", ""},
+		{"deny an open call", status(StatusExecuting), Deny(PolicyDecision{ID: "d", Reason: "no"}, now), true, StatusFailed, CauseDenied},
+		{"deny an ended call", status(StatusCancelled), Deny(PolicyDecision{ID: "d", Reason: "no"}, now), false, "", ""},
+		{"approve a held call", held, Approve("bob", "", now, time.Hour), true, StatusExecuting, ""},
+		{"approve past the deadline times out", expired, Approve("bob", "", now, time.Hour), true, StatusTimedOut, CauseApprovalTimeout},
+		{"approve a dispatched call", dispatched(now), Approve("bob", "", now, time.Hour), false, "", ""},
 		{"reject a held call", held, Reject("bob", now), true, StatusCancelled, CauseApprovalRejected},
 		{"reject an ended call", status(StatusTimedOut), Reject("bob", now), false, "", ""},
 		{"expire a held call past its deadline", expired, ExpireApproval(now), true, StatusTimedOut, CauseApprovalTimeout},
@@ -149,6 +151,101 @@ func TestTheSameCallIDInTwoThreadsIsTwoRecords(t *testing.T) {
 		held, err := s.ListCalls(ctx, Filter{Status: StatusRequiresConfirmation})
 		if err != nil || len(held) != 1 || held[0].ThreadID != "thread-c" {
 			t.Fatalf("held calls = %v, %v", held, err)
+		}
+	})
+}
+
+// TestAnApprovalIsBoundToTheArgumentsTheReviewerSaw pins the approval's
+// binding to argumentsDigest, through the Store's compare-and-set: a digest
+// that is not the call's is refused with ErrArgumentsChanged and writes
+// nothing (the call stays held), the call's own digest, in either case,
+// approves it.
+func TestAnApprovalIsBoundToTheArgumentsTheReviewerSaw(t *testing.T) {
+	storeKinds(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		c := newCall("pay", "thread-a", StatusRequiresConfirmation, t0)
+		c.IsClientTool = true
+		c.ArgumentsJSON = []byte(`{"amount":10}`)
+		c.RequiresApprovalAt = ptr(time.Now().Add(time.Hour))
+		mustPut(t, s, c)
+		stored := mustGet(t, s, "thread-a", "pay")
+		if stored.ArgumentsDigest == "" {
+			t.Fatal("the store filled in no argumentsDigest")
+		}
+		seen := strings.Repeat("0", 64) // the digest of other arguments
+		_, err := s.Apply(ctx, RefOf(c), Approve("alice", seen, time.Now(), time.Hour))
+		if !errors.Is(err, ErrArgumentsChanged) || errors.Is(err, ErrTransition) {
+			t.Fatalf("approving other arguments = %v, want ErrArgumentsChanged only", err)
+		}
+		if got := mustGet(t, s, "thread-a", "pay"); got.Status != StatusRequiresConfirmation || got.Approved != nil || got.ApprovedBy != "" {
+			t.Fatalf("a refused approval changed the record: %+v", got)
+		}
+		got, err := s.Apply(ctx, RefOf(c), Approve("alice", strings.ToUpper(stored.ArgumentsDigest), time.Now(), time.Hour))
+		if err != nil || got.Status != StatusExecuting || got.ApprovedBy != "alice" {
+			t.Fatalf("approving the call's own arguments = %+v, %v", got, err)
+		}
+	})
+}
+
+// TestAPolicyDecisionIsRecordedWhole pins that the transitions that record
+// a decision keep its id, its policy's revision and its reason, and that
+// the webhook profile carries them with the requester.
+func TestAPolicyDecisionIsRecordedWhole(t *testing.T) {
+	d := PolicyDecision{ID: "dec-1", Revision: "bundle-v42", Reason: "payments need a second pair of eyes"}
+	for _, tr := range []Transition{Hold(t0.Add(time.Hour), d), Allow(d), Deny(d, t0)} {
+		c := newCall("c", "t", StatusPending, t0)
+		c.IsClientTool = true
+		c.RequestedBy = "alice@example.com"
+		if err := tr.To(c); err != nil {
+			t.Fatalf("%s: %v", tr.Name, err)
+		}
+		if c.DecisionID != d.ID || c.PolicyRevision != d.Revision || c.DecisionReason != d.Reason {
+			t.Errorf("%s recorded decision %q, revision %q, reason %q", tr.Name, c.DecisionID, c.PolicyRevision, c.DecisionReason)
+		}
+		body, err := c.WebhookJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"decision_id":"dec-1"`, `"policy_revision":"bundle-v42"`, `"decision_reason":"payments need a second pair of eyes"`, `"requested_by":"alice@example.com"`} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("%s: webhook body lacks %s: %s", tr.Name, want, body)
+			}
+		}
+	}
+}
+
+// TestEveryRecordAWebhookCarriesHasItsUpdateTime pins that a record the
+// proxy tells webhooks about before the Store writes it — a new call, a call
+// its run ends — carries the time of that change as updatedAt, never the
+// zero time.
+func TestEveryRecordAWebhookCarriesHasItsUpdateTime(t *testing.T) {
+	c := NewCall(Ref{"t", "c"}, "run-1", "lookup", false, t0)
+	if !c.UpdatedAt.Equal(t0) {
+		t.Fatalf("a new call's updatedAt is %v, want %v", c.UpdatedAt, t0)
+	}
+	end := t0.Add(3 * time.Second)
+	if err := EndWithRun(CauseRunEnded, "", end).To(c); err != nil {
+		t.Fatal(err)
+	}
+	if !c.UpdatedAt.Equal(end) {
+		t.Fatalf("an ended call's updatedAt is %v, want %v", c.UpdatedAt, end)
+	}
+}
+
+// TestListCallsFiltersByRequester pins ?requestedBy=: only the calls of the
+// runs that consumer started, with Redis and without.
+func TestListCallsFiltersByRequester(t *testing.T) {
+	storeKinds(t, func(t *testing.T, s *Store) {
+		for i, by := range []string{"alice", "bob", "alice", ""} {
+			c := newCall(fmt.Sprintf("c%d", i), "thread-r", StatusExecuting, t0.Add(time.Duration(i)*time.Second))
+			c.RequestedBy = by
+			mustPut(t, s, c)
+		}
+		for _, f := range []Filter{{RequestedBy: "alice"}, {RequestedBy: "alice", ThreadID: "thread-r"}, {RequestedBy: "alice", Status: StatusExecuting}} {
+			got, err := s.ListCalls(context.Background(), f)
+			if err != nil || len(got) != 2 || got[0].ID != "c0" || got[1].ID != "c2" {
+				t.Errorf("ListCalls(%+v) = %v, %v; want c0 and c2", f, got, err)
+			}
 		}
 	})
 }

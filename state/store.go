@@ -123,10 +123,14 @@ type Filter struct {
 	ThreadID string
 	// Status selects calls in one status (aliases and numbers accepted).
 	Status Status
+	// RequestedBy selects the calls of runs one consumer started (the
+	// record's requestedBy, compared exactly).
+	RequestedBy string
 }
 
 func (f Filter) match(c *ToolCall) bool {
-	return (f.ThreadID == "" || c.ThreadID == f.ThreadID) && (f.Status == "" || c.Status == f.Status)
+	return (f.ThreadID == "" || c.ThreadID == f.ThreadID) && (f.Status == "" || c.Status == f.Status) &&
+		(f.RequestedBy == "" || c.RequestedBy == f.RequestedBy)
 }
 
 // Store is aguard's tool-call ledger and thread memory: an LRU and a

@@ -84,6 +84,16 @@ type ToolCall struct {
 	// DecisionID is the id of the policy decision about the call (aguard
 	// addition).
 	DecisionID string `json:"decisionId,omitempty"`
+	// PolicyRevision names the policy that made that decision: the bundle
+	// revision, or the content hash of a policy folder (aguard addition).
+	PolicyRevision string `json:"policyRevision,omitempty"`
+	// DecisionReason is the policy's reason for that decision, such as why
+	// the call needs approval (aguard addition).
+	DecisionReason string `json:"decisionReason,omitempty"`
+	// RequestedBy is the subject of the consumer whose run emitted the call:
+	// the JWT's sub, or the trusted ingress's header; "" when aguard
+	// authenticates no one (README, "Identity") (aguard addition).
+	RequestedBy string `json:"requestedBy,omitempty"`
 	// CreatedAt is when aguard first saw the call; ExecutionDuration counts
 	// from it. The Store stamps the current time when it is zero (aguard
 	// addition).
@@ -119,6 +129,9 @@ type webhookToolCall struct {
 	ArgumentsDigest      string          `json:"arguments_digest,omitempty"`
 	Approved             *bool           `json:"approved,omitempty"`
 	DecisionID           string          `json:"decision_id,omitempty"`
+	PolicyRevision       string          `json:"policy_revision,omitempty"`
+	DecisionReason       string          `json:"decision_reason,omitempty"`
+	RequestedBy          string          `json:"requested_by,omitempty"`
 	CreatedAt            time.Time       `json:"created_at"`
 	UpdatedAt            time.Time       `json:"updated_at"`
 }
@@ -126,7 +139,8 @@ type webhookToolCall struct {
 // WebhookJSON encodes c in the model's webhook profile: snake_case field
 // names (arguments_json, result_json, executed_at, is_client_tool, …),
 // aguard's additions as end_cause, thread_id, run_id, arguments_text,
-// arguments_digest, approved, decision_id, created_at and updated_at.
+// arguments_digest, approved, decision_id, policy_revision, decision_reason,
+// requested_by, created_at and updated_at.
 func (c *ToolCall) WebhookJSON() ([]byte, error) {
 	w := webhookToolCall(*c)
 	b, err := json.Marshal(&w)
@@ -138,12 +152,14 @@ func (c *ToolCall) WebhookJSON() ([]byte, error) {
 
 // end records the end of the call at now, for the lifecycle's transitions:
 // it sets Status, Cause and EndReason (both cleared for COMPLETED, which
-// ends cleanly) and ExecutionDuration, the time since CreatedAt (never
-// negative). status is meant to be terminal; given a non-terminal status,
+// ends cleanly), ExecutionDuration, the time since CreatedAt (never
+// negative), and UpdatedAt (the Store sets it again when it writes the
+// record; a copy told to webhooks before then carries the end's time). status is meant to be terminal; given a non-terminal status,
 // end sets it and clears the end fields, since they exist only once a call
 // has ended.
 func (c *ToolCall) end(status Status, cause EndCause, reason string, now time.Time) {
 	c.Status = status
+	c.UpdatedAt = now.UTC()
 	if !status.Terminal() {
 		c.EndReason, c.Cause, c.ExecutionDuration = "", "", ""
 		return
@@ -302,5 +318,6 @@ func (c *ToolCall) deadline() time.Time {
 func (c *ToolCall) size() int64 {
 	return int64(512 + len(c.ID) + len(c.Name) + len(c.ArgumentsJSON) + len(c.ResultJSON) + len(c.Description) +
 		len(c.ParametersJSONSchema) + len(c.ApprovedBy) + len(c.EndReason) + len(c.ThreadID) + len(c.RunID) +
-		len(c.ArgumentsText) + len(c.ArgumentsDigest) + len(c.DecisionID) + len(c.ServerID))
+		len(c.ArgumentsText) + len(c.ArgumentsDigest) + len(c.DecisionID) + len(c.ServerID) +
+		len(c.PolicyRevision) + len(c.DecisionReason) + len(c.RequestedBy))
 }
