@@ -41,7 +41,7 @@ func newPipeline(tb testing.TB, engine *policy.Engine, input string) *proxy.Pipe
 	if err != nil {
 		tb.Fatalf("ParseRunInput: %v", err)
 	}
-	opts := agui.Options{Decider: proxy.NewDecider(engine, in, "bench", policy.RequestInfo{Headers: map[string]string{}}, time.Minute)}
+	opts := agui.Options{Decider: proxy.NewDecider(engine, in, "bench", policy.RequestInfo{Headers: map[string]string{}}, nil, time.Minute)}
 	p := proxy.NewPipeline(in, opts)
 	for _, ev := range []string{
 		`{"type":"RUN_STARTED","threadId":"t-1","runId":"r-1"}`,

@@ -30,6 +30,31 @@ type Input struct {
 	Run RunInfo `json:"run"`
 	// Request describes the HTTP request that started the run.
 	Request RequestInfo `json:"request"`
+	// Identity is who sent that request, as aguard authenticated them; nil
+	// (the policy sees null) when aguard authenticates no one. It is in the
+	// input at every phase.
+	Identity *Identity `json:"identity"`
+}
+
+// Identity sources (Identity.Source).
+const (
+	// SourceJWT: a bearer JWT that aguard verified (--auth-jwks).
+	SourceJWT = "jwt"
+	// SourceHeader: a header a trusted ingress set (--auth-header).
+	SourceHeader = "header"
+)
+
+// Identity is the authenticated consumer (input.identity).
+type Identity struct {
+	// Subject is the JWT's sub, or the trusted header's value.
+	Subject string `json:"subject"`
+	// Issuer is the JWT's iss; "" for SourceHeader.
+	Issuer string `json:"issuer"`
+	// Claims are the verified JWT's claims, a JSON object; nil (the policy
+	// sees {}) for SourceHeader.
+	Claims json.RawMessage `json:"claims"`
+	// Source is SourceJWT or SourceHeader.
+	Source string `json:"source"`
 }
 
 // CallInput is the tool call under decision (input.call).
@@ -135,6 +160,11 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		argsErr = ast.StringTerm(*in.Call.ArgumentsError)
 	}
 
+	identity, err := in.identityTerm()
+	if err != nil {
+		return nil, fmt.Errorf("identity.claims: %w", err)
+	}
+
 	if in.Phase == PhaseToolCallStart {
 		// Nothing of the arguments exists yet.
 		call := ast.NewObject(
@@ -149,6 +179,7 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 			item("tool", ast.NewTerm(in.toolTerm(params))),
 			item("run", ast.NewTerm(in.runTerm())),
 			item("request", ast.NewTerm(in.requestTerm())),
+			item("identity", identity),
 		), nil
 	}
 	call := ast.NewObject(
@@ -173,7 +204,32 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		item("schema", ast.NewTerm(schema)),
 		item("run", ast.NewTerm(in.runTerm())),
 		item("request", ast.NewTerm(in.requestTerm())),
+		item("identity", identity),
 	), nil
+}
+
+// identityTerm is input.identity: null without one.
+func (in *Input) identityTerm() (*ast.Term, error) {
+	id := in.Identity
+	if id == nil {
+		return ast.NullTerm(), nil
+	}
+	claims := ast.NewTerm(ast.NewObject())
+	if len(id.Claims) > 0 {
+		var err error
+		if claims, err = decodeJSONTerm(id.Claims); err != nil {
+			return nil, err
+		}
+		if _, ok := claims.Value.(ast.Object); !ok {
+			return nil, fmt.Errorf("the claims are %s, want an object", ast.ValueName(claims.Value))
+		}
+	}
+	return ast.NewTerm(ast.NewObject(
+		item("subject", ast.StringTerm(id.Subject)),
+		item("issuer", ast.StringTerm(id.Issuer)),
+		item("claims", claims),
+		item("source", ast.StringTerm(id.Source)),
+	)), nil
 }
 
 func (in *Input) toolTerm(params *ast.Term) ast.Object {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -32,6 +33,8 @@ func TestInputValueMatchesItsJSON(t *testing.T) {
 	in.Schema = SchemaResult{Checked: true, Valid: false, Errors: []string{"a", "b"}}
 	in.Run.Route = "default"
 	in.Request.Headers = map[string]string{"x-user-role": "admin", "accept": "text/event-stream"}
+	in.Identity = &Identity{Subject: "alice", Issuer: "https://idp.example", Source: SourceJWT,
+		Claims: json.RawMessage(`{"sub":"alice","iss":"https://idp.example","roles":["admin"]}`)}
 
 	got, err := in.astValue(true, true)
 	if err != nil {
@@ -52,6 +55,7 @@ func TestInputValueMatchesItsJSON(t *testing.T) {
 		"schema.checked", "schema.valid", "schema.errors",
 		"run.threadId", "run.runId", "run.protocolVersion", "run.advertisedTools", "run.route",
 		"request.path", `request.headers["x-user-role"]`, "request.remoteAddr",
+		"identity.subject", "identity.issuer", "identity.claims.roles", "identity.source",
 	} {
 		ref := ast.MustParseRef("input." + path)
 		if _, err := got.Find(ref[1:]); err != nil {
@@ -168,4 +172,57 @@ func canonical(t *testing.T, v ast.Value) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestIdentityIsInEveryPhase pins input.identity: the authenticated
+// consumer at tool_call_start, tool_call_end and run_finished alike, its
+// claims as an object ({} for a header identity), and null when aguard
+// authenticates no one.
+func TestIdentityIsInEveryPhase(t *testing.T) {
+	e := newEngine(t, Options{Dir: policyDir(t, map[string]string{"policy.rego": `package aguard
+
+decision := {"action": "hold", "reason": input.identity.subject} if {
+	input.phase == "tool_call_start"
+	input.identity.claims.role == "admin"
+}
+
+decision := {"action": "deny", "reason": sprintf("%s via %s", [input.identity.subject, input.identity.source])} if {
+	input.phase != "tool_call_start"
+	input.identity.claims == {}
+}
+
+decision := {"action": "require_approval", "reason": input.identity.issuer} if {
+	input.phase != "tool_call_start"
+	input.identity.claims.role == "admin"
+}
+
+default decision := {"action": "allow", "reason": "no identity"}
+`})})
+	jwt := &Identity{Subject: "alice", Issuer: "https://idp.example", Source: SourceJWT, Claims: json.RawMessage(`{"role":"admin"}`)}
+	header := &Identity{Subject: "bob", Source: SourceHeader}
+	for _, tt := range []struct {
+		phase        string
+		id           *Identity
+		action, says string
+	}{
+		{PhaseToolCallStart, jwt, ActionHold, "alice"},
+		{PhaseToolCallEnd, jwt, ActionRequireApproval, "https://idp.example"},
+		{PhaseRunFinished, jwt, ActionRequireApproval, "https://idp.example"},
+		{PhaseToolCallEnd, header, ActionDeny, "bob via header"},
+		{PhaseRunFinished, header, ActionDeny, "bob via header"},
+		{PhaseToolCallEnd, nil, ActionAllow, "no identity"},
+		{PhaseToolCallStart, nil, ActionStream, "no identity"},
+	} {
+		in := frontendCall()
+		in.Phase, in.Identity = tt.phase, tt.id
+		d := e.Decide(context.Background(), in)
+		if d.Err != nil || d.Action != tt.action || d.Reason != tt.says {
+			t.Errorf("%s with %+v: %s %q (%v), want %s %q", tt.phase, tt.id, d.Action, d.Reason, d.Err, tt.action, tt.says)
+		}
+	}
+	in := frontendCall()
+	in.Identity = &Identity{Subject: "x", Source: SourceJWT, Claims: json.RawMessage(`["not","an","object"]`)}
+	if d := e.Decide(context.Background(), in); d.Action != ActionDeny || d.Err == nil {
+		t.Errorf("claims that are not an object: %s (%v), want a fail-closed deny", d.Action, d.Err)
+	}
 }

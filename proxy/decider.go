@@ -25,15 +25,17 @@ type decider struct {
 	in              *agui.RunInput
 	run             policy.RunInfo
 	req             policy.RequestInfo
+	identity        *policy.Identity
 	approvalTimeout time.Duration
 	now             func() time.Time
 }
 
 // NewDecider returns the agui.Decider that puts the tool calls of one run to
 // engine. route names the route for the policy input; req is what the policy
-// may read of the consumer's request; approvalTimeout is the deadline given
-// when the policy requires approval without setting its own.
-func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req policy.RequestInfo, approvalTimeout time.Duration) agui.Decider {
+// may read of the consumer's request, and id who sent it (input.identity;
+// nil when aguard authenticates no one); approvalTimeout is the deadline
+// given when the policy requires approval without setting its own.
+func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req policy.RequestInfo, id *policy.Identity, approvalTimeout time.Duration) agui.Decider {
 	tools := make([]string, len(in.Tools))
 	for i, t := range in.Tools {
 		tools[i] = t.Name
@@ -44,6 +46,7 @@ func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req poli
 		run: policy.RunInfo{ThreadID: in.ThreadID, RunID: in.RunID, ProtocolVersion: in.ProtocolVersion,
 			AdvertisedTools: tools, Route: route},
 		req:             req,
+		identity:        id,
 		approvalTimeout: approvalTimeout,
 		now:             time.Now,
 	}
@@ -75,7 +78,7 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 			ParentMessageID: c.ParentMessageID, SubagentRunID: c.SubagentRunID, Reopened: c.Reopened,
 		},
 		Tool: policy.ToolInput{Advertised: advertised, Frontend: advertised},
-		Run:  d.run, Request: d.req,
+		Run:  d.run, Request: d.req, Identity: d.identity,
 	}
 	if advertised {
 		in.Tool.Description = tool.Description
@@ -85,7 +88,7 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 		// No arguments yet: the policy says how the consumer sees the call
 		// (stream, hold or hide; hold when it cannot say).
 		dec := d.engine.Decide(context.Background(), &in)
-		return agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID}
+		return agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID, PolicyRevision: dec.Revision}
 	}
 	switch {
 	case c.ArgumentsTruncated:
@@ -111,7 +114,7 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 		in.Call.ArgumentsError = &msg
 	}
 	dec := d.engine.Decide(context.Background(), &in)
-	v := agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID}
+	v := agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID, PolicyRevision: dec.Revision}
 	if dec.Action == policy.ActionRequireApproval {
 		timeout := dec.ApprovalTimeout
 		if timeout <= 0 {

@@ -81,7 +81,7 @@ func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return fmt.Errorf("replay: policy: %w", err)
 	}
 	opts := agui.Options{Monitor: *mode == "monitor"}
-	opts.Decider = proxy.NewDecider(engine, in, "replay", policy.RequestInfo{Path: "/", Headers: map[string]string{}}, *approvalTimeout)
+	opts.Decider = proxy.NewDecider(engine, in, "replay", policy.RequestInfo{Path: "/", Headers: map[string]string{}}, nil, *approvalTimeout)
 
 	out := bufio.NewWriter(stdout)
 	report := replayReport{Notes: []agui.Note{}}
