@@ -22,6 +22,8 @@ const (
 	errAwaitingApproval    = "awaiting_approval"
 	errUncoveredInterrupts = "uncovered_interrupts"
 	errLedgerUnavailable   = "ledger_unavailable" // addition: 503 when the thread's state cannot be vouched for
+	errUnauthenticated     = "unauthenticated"    // 401: no valid credentials (--auth-jwks, --auth-header)
+	errAuthUnavailable     = "auth_unavailable"   // addition: 503 while no JWT key set has been fetched
 )
 
 // statusConsumerGone labels aguard_requests_total for a request whose

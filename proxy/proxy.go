@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/auth"
 	"github.com/aguard/aguard/downgrade"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
@@ -88,6 +89,12 @@ type Options struct {
 	// Notifier, if set, is told when a call starts, needs approval and
 	// ends (webhooks). It must not block.
 	Notifier Notifier
+	// Auth, if set, authenticates every request before anything of it
+	// reaches the agent (README, "Identity and audit"): a request it does
+	// not authenticate gets 401 unauthenticated (503 auth_unavailable when
+	// it cannot check). The identity goes to the policy (input.identity)
+	// and the ledger (requestedBy). nil authenticates no one.
+	Auth auth.Authenticator
 	// AdminToken is the admin API's token. A data-plane request header that
 	// carries it is removed before the request is forwarded: the token must
 	// never reach an agent.
@@ -401,9 +408,12 @@ func (p *Proxy) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	p.fail(ctx, fasthttp.StatusBadRequest, errBadRequest, "cannot read request: "+err.Error())
 }
 
+// fail answers ctx with an error of aguard's own, counts it and, for a
+// refusal, writes the audit line.
 func (p *Proxy) fail(ctx *fasthttp.RequestCtx, status int, code, message string) {
 	writeError(ctx, status, code, message)
 	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+	p.audit(ctx, status, code, message)
 }
 
 // handle serves one request. A POST is a run: its body must be a
@@ -426,6 +436,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	if err := checkFraming(&ctx.Request.Header); err != nil {
 		ctx.SetConnectionClose()
 		p.fail(ctx, fasthttp.StatusBadRequest, errBadRequest, err.Error())
+		return
+	}
+	id, ok := p.authenticate(ctx)
+	if !ok {
 		return
 	}
 	path, query, err := splitTarget(ctx.Request.Header.RequestURI())
@@ -461,6 +475,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		if refusal != nil {
 			writeErrorIDs(ctx, refusal.status, refusal.code, refusal.message, refusal.key, refusal.ids)
 			p.m.requests.WithLabelValues(strconv.Itoa(refusal.status)).Inc()
+			p.audit(ctx, refusal.status, refusal.code, refusal.message)
 			return
 		}
 	}
@@ -505,7 +520,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	streaming = true
-	p.startStream(ctx, ans, in, up, info)
+	p.startStream(ctx, ans, in, up, info, id)
 }
 
 // forwarded builds in req the request the agent gets: the consumer's, to

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/agui"
+	"github.com/aguard/aguard/auth"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/sse"
 	"github.com/valyala/fasthttp"
@@ -117,8 +118,9 @@ func (s *stream) flushCountsLocked(now int64) {
 const chunkHead = 10
 
 // startStream streams the agent's answer ans to the consumer of ctx through
-// the checks; info is what the policy may read of the request.
-func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunInput, up *upstream, info policy.RequestInfo) {
+// the checks; info is what the policy may read of the request, id who sent
+// it (nil when aguard authenticates no one).
+func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunInput, up *upstream, info policy.RequestInfo, id *auth.Identity) {
 	h := &ctx.Response.Header
 	h.SetStatusCode(ans.resp.StatusCode())
 	copyResponseHeaders(h, &ans.resp.Header,
@@ -143,7 +145,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunIn
 	}
 	opts := agui.Options{Monitor: p.opt.Monitor, MaxHeld: int(p.opt.MaxHeld)}
 	if p.opt.Policy != nil {
-		opts.Decider = NewDecider(p.opt.Policy, in, route, info, p.opt.ApprovalTimeout)
+		opts.Decider = NewDecider(p.opt.Policy, in, route, info, policyIdentity(id), p.opt.ApprovalTimeout)
 		if p.opt.State != nil {
 			opts.Decider = holdGate{Decider: opts.Decider, store: p.opt.State, thread: in.ThreadID, log: p.log}
 		}
@@ -161,6 +163,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunIn
 	}
 	if p.opt.State != nil {
 		s.led = newLedger(p.opt.State, p.opt.Notifier, in, p.opt.ClientToolTimeout, s.log)
+		s.led.requestedBy = subject(id)
 	}
 	p.m.streamsOpen.Inc()
 	ctx.HijackSetNoResponse(true)
