@@ -1,6 +1,8 @@
 // Package admin serves aguard's admin listener: /healthz, /readyz and
 // /metrics, which need no token, and the admin API under /v1/, which needs
-// the bearer token configured with --admin-token. The approvals page at
+// a reviewer's bearer token (--admin-tokens, --admin-token; reviewers.go):
+// a viewer may read, a reviewer may also decide, and every decision and
+// every refused attempt at one is audited. The approvals page at
 // /ui/approvals (ui.go) needs no token either: it is static and holds no
 // data; the reviewer gives it the token, and it calls the API with it.
 //
@@ -10,8 +12,8 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strings"
 
@@ -27,8 +29,14 @@ type Check func() (ok bool, reason string)
 
 // Options configure the admin handler.
 type Options struct {
-	// Token is the bearer token of the admin API; empty refuses every call.
+	// Reviewers are who may use the admin API (NewReviewers); nil means
+	// the one reviewer Token stands for.
+	Reviewers *Reviewers
+	// Token is --admin-token, the reviewer named "admin", when Reviewers
+	// is nil; with neither, the admin API refuses every call.
 	Token string
+	// Logger receives the audit lines of refused changes (default: discard).
+	Logger *slog.Logger
 	// Ready checks run for /readyz, in order; the first failure answers 503.
 	Ready []Check
 	// Gatherer provides /metrics.
@@ -68,7 +76,15 @@ func Handler(opt Options) http.Handler {
 			WriteError(w, http.StatusNotFound, "not_found", "no such admin endpoint: "+r.URL.Path)
 		})
 	}
-	mux.Handle("/v1/", requireToken(opt.Token, api))
+	rs := opt.Reviewers
+	if rs == nil {
+		rs, _ = NewReviewers(nil, opt.Token) // one reviewer: nothing to conflict
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	mux.Handle("/v1/", requireReviewer(rs, log, api))
 	// The approvals page and its assets (ui.go): static, so no token.
 	mux.Handle("GET /ui/", uiHandler())
 	return mux
@@ -78,22 +94,6 @@ func Handler(opt Options) http.Handler {
 type readiness struct {
 	Status string `json:"status"` // ok, degraded or unavailable
 	Reason string `json:"reason,omitempty"`
-}
-
-// requireToken lets a request through only with "Authorization: Bearer
-// <token>", the token compared in constant time. The scheme is
-// case-insensitive (RFC 9110 §11.1) and followed by one or more spaces (RFC
-// 6750 §2.1). With no token configured, every call is refused.
-func requireToken(token string, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := bearerToken(r.Header.Get("Authorization"))
-		if token == "" || !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="aguard admin"`)
-			WriteError(w, http.StatusUnauthorized, "unauthorized", "the admin API needs a valid bearer token")
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // bearerToken is the token of a Bearer Authorization header value.

@@ -30,9 +30,9 @@ func seed(t *testing.T, s *state.Store, now time.Time) {
 	t.Helper()
 	later, earlier := now.Add(time.Hour), now.Add(-time.Minute)
 	for _, c := range []*state.ToolCall{
-		{ID: "pay-1", Name: "transfer_funds", Status: state.StatusRequiresConfirmation, IsClientTool: true, ThreadID: "t1", RequiresApprovalAt: &later, ArgumentsJSON: json.RawMessage(`{"amount":5}`)},
+		{ID: "pay-1", Name: "transfer_funds", Status: state.StatusRequiresConfirmation, IsClientTool: true, ThreadID: "t1", RequiresApprovalAt: &later, ArgumentsJSON: json.RawMessage(`{"amount":5}`), RequestedBy: "carol"},
 		{ID: "pay-old", Name: "transfer_funds", Status: state.StatusRequiresConfirmation, IsClientTool: true, ThreadID: "t1", RequiresApprovalAt: &earlier},
-		{ID: "ask-1", Name: "confirm", Status: state.StatusExecuting, IsClientTool: true, ThreadID: "t2"},
+		{ID: "ask-1", Name: "confirm", Status: state.StatusExecuting, IsClientTool: true, ThreadID: "t2", RequestedBy: "carol"},
 		{ID: "look-1", Name: "lookup", Status: state.StatusCompleted, ThreadID: "t2"},
 	} {
 		c.CreatedAt = now.Add(-time.Hour)
@@ -99,10 +99,13 @@ func TestAdminAPI(t *testing.T) {
 		{"bad status", "GET", "/v1/tool-calls?status=DONE", "", 400, `"invalid_status"`},
 		{"approvals exclude expired", "GET", "/v1/approvals", "", 200, "ids:pay-1"},
 		{"client tools pending", "GET", "/v1/client-tools/pending?threadId=t2", "", 200, "ids:ask-1"},
-		{"approve needs approvedBy", "POST", "/v1/tool-calls/pay-1/approve", `{}`, 400, `approvedBy is required`},
+		{"list by requester", "GET", "/v1/tool-calls?requestedBy=carol", "", 200, "ids:pay-1,ask-1"},
+		{"approvals by requester", "GET", "/v1/approvals?requestedBy=carol", "", 200, "ids:pay-1"},
+		{"approvals of another requester", "GET", "/v1/approvals?requestedBy=dave", "", 200, "ids:"},
+		{"client tools by requester", "GET", "/v1/client-tools/pending?requestedBy=dave", "", 200, "ids:"},
 		{"approve bad body", "POST", "/v1/tool-calls/pay-1/approve", `nope`, 400, `"invalid_request"`},
-		{"approve", "POST", "/v1/tool-calls/pay-1/approve", `{"approvedBy":"alice","reason":"ok"}`, 200,
-			`"status":"TOOL_EXECUTION_STATUS_EXECUTING"`},
+		{"approve (approvedBy is the token's reviewer, whatever the body says)", "POST", "/v1/tool-calls/pay-1/approve", `{"approvedBy":"alice","reason":"ok"}`, 200,
+			`"approvedBy":"admin"`},
 		{"approve twice", "POST", "/v1/tool-calls/pay-1/approve", `{"approvedBy":"bob"}`, 409, `"already_decided"`},
 		{"reject after approve", "POST", "/v1/tool-calls/pay-1/reject", `{"approvedBy":"bob"}`, 409, `"already_decided"`},
 		{"approved call now pending for the client", "GET", "/v1/client-tools/pending?threadId=t1", "", 200, "ids:pay-1"},
@@ -128,16 +131,16 @@ func TestAdminAPI(t *testing.T) {
 		})
 	}
 	c, _ := store.GetCall(context.Background(), state.Ref{ThreadID: "t1", ID: "pay-1"})
-	if c.ApprovedBy != "alice" || c.ApprovedAt == nil || !*c.Approved || c.ClientToolDeadlineAt == nil || !c.ClientToolDeadlineAt.Equal(now.Add(time.Hour)) {
+	if c.ApprovedBy != "admin" || c.ApprovedAt == nil || !*c.Approved || c.ClientToolDeadlineAt == nil || !c.ClientToolDeadlineAt.Equal(now.Add(time.Hour)) {
 		t.Fatalf("approved record: %+v", c)
 	}
-	if strings.Join(notes.events, ",") != "llm.tool_call_completed:pay-old" {
+	if strings.Join(notes.events, ",") != "llm.tool_call_approved:pay-1,llm.tool_call_completed:pay-old" {
 		t.Fatalf("notifications: %v", notes.events)
 	}
 }
 
 // TestRejectRecordsTheEnd pins a rejection: CANCELLED, endReason "approval
-// rejected", the reviewer recorded, a completed webhook.
+// rejected", the reviewer recorded, a rejected and a completed webhook.
 func TestRejectRecordsTheEnd(t *testing.T) {
 	now := time.Now()
 	store := newStore(t, "")
@@ -146,10 +149,10 @@ func TestRejectRecordsTheEnd(t *testing.T) {
 	h := Handler(Options{Token: "tok", API: API(APIOptions{Store: store, Notifier: notes})})
 	status, body := call(t, h, "POST", "/v1/tool-calls/pay-1/reject", `{"approvedBy":"bob","reason":"too much"}`)
 	if status != 200 || !strings.Contains(body, `"status":"TOOL_EXECUTION_STATUS_CANCELLED"`) ||
-		!strings.Contains(body, `"endReason":"approval rejected"`) || !strings.Contains(body, `"approvedBy":"bob"`) {
+		!strings.Contains(body, `"endReason":"approval rejected"`) || !strings.Contains(body, `"approvedBy":"admin"`) {
 		t.Fatalf("%d %s", status, body)
 	}
-	if strings.Join(notes.events, ",") != "llm.tool_call_completed:pay-1" {
+	if strings.Join(notes.events, ",") != "llm.tool_call_rejected:pay-1,llm.tool_call_completed:pay-1" {
 		t.Fatalf("notifications: %v", notes.events)
 	}
 }

@@ -32,6 +32,12 @@ const (
 	// TypeToolCallCompleted is sent when a tool call reaches a terminal
 	// status, whichever it is.
 	TypeToolCallCompleted = "llm.tool_call_completed"
+	// TypeToolCallApproved is sent when a reviewer approves a call held for
+	// approval; tool_call.approved_by names them.
+	TypeToolCallApproved = "llm.tool_call_approved"
+	// TypeToolCallRejected is sent when a reviewer rejects one (then
+	// TypeToolCallCompleted, since the call ended).
+	TypeToolCallRejected = "llm.tool_call_rejected"
 )
 
 // Defaults of Options.
@@ -296,7 +302,7 @@ func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
 		return
 	}
 	switch eventType {
-	case TypeToolCallStarted, TypeApprovalRequired, TypeToolCallCompleted:
+	case TypeToolCallStarted, TypeApprovalRequired, TypeToolCallCompleted, TypeToolCallApproved, TypeToolCallRejected:
 	default:
 		n.log.Error("webhook: unknown event type; event not sent", "type", eventType)
 		return
