@@ -17,14 +17,16 @@ import (
 )
 
 // TestWebhooksFollowTheCalls runs calls through the proxy with webhooks on:
-// a receiver verifies each signature and sees started, approval_required and
-// completed events with the records in snake_case.
+// a receiver verifies each Standard Webhooks signature and sees started,
+// approval_required and completed events with the records in snake_case,
+// each stamped with the time of its change (updated_at, never the zero
+// time).
 func TestWebhooksFollowTheCalls(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if err := webhook.Verify("hook-secret", r.Header.Get("X-Aguard-Signature"), body, time.Now(), time.Minute); err != nil {
+		if err := webhook.Verify("hook-secret", r.Header, body, time.Now(), time.Minute); err != nil {
 			t.Errorf("signature: %v", err)
 			w.WriteHeader(400)
 			return
@@ -32,13 +34,18 @@ func TestWebhooksFollowTheCalls(t *testing.T) {
 		var ev struct {
 			Type     string `json:"type"`
 			ToolCall struct {
-				ID           string `json:"id"`
-				Status       string `json:"status"`
-				EndReason    string `json:"end_reason"`
-				IsClientTool bool   `json:"is_client_tool"`
+				ID           string    `json:"id"`
+				Status       string    `json:"status"`
+				EndReason    string    `json:"end_reason"`
+				IsClientTool bool      `json:"is_client_tool"`
+				CreatedAt    time.Time `json:"created_at"`
+				UpdatedAt    time.Time `json:"updated_at"`
 			} `json:"tool_call"`
 		}
 		json.Unmarshal(body, &ev)
+		if tc := ev.ToolCall; tc.UpdatedAt.IsZero() || tc.UpdatedAt.Before(tc.CreatedAt) || time.Since(tc.UpdatedAt) > time.Minute {
+			t.Errorf("%s %s: updated_at %v, created_at %v", ev.Type, tc.ID, tc.UpdatedAt, tc.CreatedAt)
+		}
 		mu.Lock()
 		got = append(got, ev.Type+" "+ev.ToolCall.ID+" "+strings.TrimPrefix(ev.ToolCall.Status, "TOOL_EXECUTION_STATUS_"))
 		mu.Unlock()

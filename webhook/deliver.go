@@ -136,9 +136,13 @@ func (n *Notifier) attempt(t *target, d *delivery) (status int, retryAfter time.
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "aguard-webhook")
 	req.Header.Set("X-Aguard-Event", d.event)
-	req.Header.Set("X-Aguard-Delivery", d.id)
-	if n.secret != "" {
-		req.Header.Set("X-Aguard-Signature", Sign(n.secret, n.now(), d.body))
+	// Standard Webhooks: the message id, this attempt's time, and the
+	// signature over both and the body, made afresh for every attempt.
+	at := n.now()
+	req.Header.Set(HeaderID, d.id)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+	if len(n.key) > 0 {
+		req.Header.Set(HeaderSignature, Sign(n.key, d.id, at, d.body))
 	}
 	resp, err := n.client.Do(req)
 	if err != nil {

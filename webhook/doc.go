@@ -6,16 +6,17 @@
 // It is delivery only. It decides nothing about tool calls: which event to
 // send and when is up to the caller, and what a receiver answers changes
 // nothing but whether the delivery is retried. Delivery is at least once:
-// a receiver dedupes on the X-Aguard-Delivery header, which is the same on
-// every attempt of one delivery.
+// a receiver dedupes on webhook-id, which is the same on every attempt of
+// one event and for every URL it goes to.
 //
-// Each request carries:
+// Requests follow Standard Webhooks (https://www.standardwebhooks.com):
 //
 //	Content-Type: application/json
 //	User-Agent: aguard-webhook
+//	webhook-id: msg_ and 32 lowercase hex digits, one per event
+//	webhook-timestamp: the attempt's time, Unix seconds
+//	webhook-signature: v1,<base64 HMAC-SHA256 of "<webhook-id>.<webhook-timestamp>.<body>">
 //	X-Aguard-Event: llm.tool_call_started (or another event type)
-//	X-Aguard-Delivery: 32 lowercase hex digits, unique per event and URL
-//	X-Aguard-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
 //
 // and the body
 //
@@ -24,7 +25,7 @@
 // where tool_call is the record in the ToolCall model's webhook profile
 // (snake_case field names, see state.ToolCall.WebhookJSON; thread_id and id
 // identify the call) and created_at is when the event was raised, not when
-// it was sent. The signature is made afresh for
-// every attempt, so its timestamp is the attempt's; receivers check it with
-// Verify.
+// it was sent. The signature is made afresh for every attempt, so its
+// timestamp is the attempt's; receivers check it with Verify, or with any
+// Standard Webhooks library, given the same secret (ParseSecret).
 package webhook

@@ -13,10 +13,10 @@ import (
 	"github.com/aguard/aguard/webhook"
 )
 
-// A receiver checks X-Aguard-Signature on the raw body before trusting it,
-// and dedupes on X-Aguard-Delivery.
+// A receiver checks the Standard Webhooks signature on the raw body before
+// trusting it, and dedupes on webhook-id.
 func ExampleVerify() {
-	const secret = "whsec_example"
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	seen := map[string]bool{} // a real receiver keeps this in its database
 	out := make(chan string, 1)
 
@@ -26,12 +26,12 @@ func ExampleVerify() {
 			http.Error(w, "cannot read body", http.StatusBadRequest)
 			return
 		}
-		err = webhook.Verify(secret, r.Header.Get("X-Aguard-Signature"), body, time.Now(), 5*time.Minute)
+		err = webhook.Verify(secret, r.Header, body, time.Now(), 5*time.Minute)
 		if err != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}
-		if id := r.Header.Get("X-Aguard-Delivery"); seen[id] {
+		if id := r.Header.Get("webhook-id"); seen[id] {
 			w.WriteHeader(http.StatusNoContent) // already handled: acknowledge only
 			return
 		} else {

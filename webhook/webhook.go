@@ -22,7 +22,7 @@ import (
 )
 
 // Event types, the value of the body's "type" and of the X-Aguard-Event
-// header. They are a public contract: receivers switch on them.
+// header (an addition to the Standard Webhooks headers). They are a public contract: receivers switch on them.
 const (
 	// TypeToolCallStarted is sent when aguard first relays a tool call.
 	TypeToolCallStarted = "llm.tool_call_started"
@@ -60,9 +60,10 @@ type Options struct {
 	// must be an absolute http or https URL with a host, and appear once.
 	// With none, Notify does nothing.
 	URLs []string
-	// Secret keys the HMAC-SHA256 signature in X-Aguard-Signature. Empty
-	// means deliveries are sent without that header, which New reports
-	// once as a warning.
+	// Secret keys the Standard Webhooks signature (webhook-signature):
+	// "whsec_<base64>" is the base64 of the key, any other string the key
+	// itself (ParseSecret). Empty means deliveries are sent unsigned, which
+	// New reports once as a warning.
 	Secret string
 	// QueueSize bounds the deliveries waiting for each URL, besides the one
 	// in flight (default 10 000). When a URL's queue is full, its oldest
@@ -109,7 +110,7 @@ type Options struct {
 // which must be called to stop them.
 type Notifier struct {
 	targets     []*target
-	secret      string
+	key         []byte
 	maxAttempts int
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
@@ -148,7 +149,7 @@ type target struct {
 
 // delivery is one event bound for one URL.
 type delivery struct {
-	id    string // X-Aguard-Delivery, the same on every attempt
+	id    string // webhook-id: the event's, the same on every attempt and URL
 	event string
 	body  []byte // shared by the deliveries of one event; never modified
 }
@@ -209,13 +210,17 @@ func New(opt Options) (*Notifier, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	key, err := ParseSecret(opt.Secret)
+	if err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(opt.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	n := &Notifier{
 		targets:     targets,
-		secret:      opt.Secret,
+		key:         key,
 		maxAttempts: opt.MaxAttempts,
 		minBackoff:  opt.MinBackoff,
 		maxBackoff:  opt.MaxBackoff,
@@ -229,7 +234,7 @@ func New(opt Options) (*Notifier, error) {
 	if n.client == nil {
 		n.client, n.ownClient = newClient(opt.Timeout), true
 	}
-	if n.secret == "" && len(targets) > 0 {
+	if len(n.key) == 0 && len(targets) > 0 {
 		n.log.Warn("webhook: no secret configured; deliveries are sent unsigned", "urls", len(targets))
 	}
 	n.stopCtx, n.stop = context.WithCancel(context.Background())
@@ -320,8 +325,9 @@ func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
 		n.log.Error("webhook: event not sent", "type", eventType, "err", err)
 		return
 	}
+	id := newMessageID()
 	for _, t := range n.targets {
-		n.enqueue(t, &delivery{id: newDeliveryID(), event: eventType, body: body})
+		n.enqueue(t, &delivery{id: id, event: eventType, body: body})
 	}
 }
 
@@ -408,11 +414,11 @@ func (n *Notifier) enqueue(t *target, d *delivery) {
 	}
 }
 
-// newDeliveryID returns 128 random bits in hex.
-func newDeliveryID() string {
+// newMessageID returns "msg_" and 128 random bits in hex.
+func newMessageID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
-	return hex.EncodeToString(b[:])
+	return "msg_" + hex.EncodeToString(b[:])
 }
 
 // Close stops taking events and keeps delivering what is queued, retries

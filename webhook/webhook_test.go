@@ -27,7 +27,7 @@ import (
 	"github.com/aguard/aguard/state"
 )
 
-const testSecret = "whsec_test_secret"
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" // the example secret of the Standard Webhooks specification
 
 // testEpoch is the fake clock's start.
 var testEpoch = time.Date(2026, 3, 4, 5, 6, 7, 89_000_000, time.UTC)
@@ -42,6 +42,7 @@ func (c *stepClock) Now() time.Time {
 // received is one request as a receiver saw it.
 type received struct {
 	event, delivery, signature, contentType, userAgent, method string
+	header                                                     http.Header
 	body                                                       []byte
 }
 
@@ -86,8 +87,9 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rc.mu.Lock()
 	rc.got = append(rc.got, received{
 		event:       r.Header.Get("X-Aguard-Event"),
-		delivery:    r.Header.Get("X-Aguard-Delivery"),
-		signature:   r.Header.Get("X-Aguard-Signature"),
+		delivery:    r.Header.Get("webhook-id"),
+		signature:   r.Header.Get("webhook-signature"),
+		header:      r.Header.Clone(),
 		contentType: r.Header.Get("Content-Type"),
 		userAgent:   r.Header.Get("User-Agent"),
 		method:      r.Method,
@@ -273,10 +275,13 @@ func TestDeliversEachEventType(t *testing.T) {
 			if r.event != typ {
 				t.Errorf("X-Aguard-Event = %q, want %q", r.event, typ)
 			}
-			if !regexp.MustCompile(`^[0-9a-f]{32}$`).MatchString(r.delivery) {
-				t.Errorf("X-Aguard-Delivery = %q, want 32 hex digits", r.delivery)
+			if !regexp.MustCompile(`^msg_[0-9a-f]{32}$`).MatchString(r.delivery) {
+				t.Errorf("webhook-id = %q, want msg_ and 32 hex digits", r.delivery)
 			}
-			if err := Verify(testSecret, r.signature, r.body, testEpoch, time.Minute); err != nil {
+			if got, want := r.header.Get("webhook-timestamp"), strconv.FormatInt(testEpoch.Unix(), 10); got != want {
+				t.Errorf("webhook-timestamp = %q, want %q", got, want)
+			}
+			if err := Verify(testSecret, r.header, r.body, testEpoch, time.Minute); err != nil {
 				t.Errorf("receiver: %v", err)
 			}
 
@@ -354,7 +359,7 @@ func TestUnsignedWhenNoSecret(t *testing.T) {
 	n.Notify(TypeToolCallStarted, testCall("c2"))
 	for _, r := range rc.waitRequests(t, 2) {
 		if r.signature != "" {
-			t.Errorf("X-Aguard-Signature = %q with no secret, want none", r.signature)
+			t.Errorf("webhook-signature = %q with no secret, want none", r.signature)
 		}
 	}
 	if c := strings.Count(logs.String(), "unsigned"); c != 1 {
@@ -387,7 +392,7 @@ func TestRetriesWithSameDeliveryID(t *testing.T) {
 	seen := map[string]bool{}
 	for i, r := range got {
 		if r.delivery != got[0].delivery {
-			t.Errorf("attempt %d: X-Aguard-Delivery %q, want %q as on attempt 1", i+1, r.delivery, got[0].delivery)
+			t.Errorf("attempt %d: webhook-id %q, want %q as on attempt 1", i+1, r.delivery, got[0].delivery)
 		}
 		if string(r.body) != string(got[0].body) {
 			t.Errorf("attempt %d: body differs from attempt 1", i+1)
@@ -397,7 +402,7 @@ func TestRetriesWithSameDeliveryID(t *testing.T) {
 		}
 		seen[r.signature] = true
 		// created_at took the first tick; attempt i was signed at tick i+1.
-		if err := Verify(testSecret, r.signature, r.body, testEpoch.Add(time.Duration(i+1)*time.Second), 500*time.Millisecond); err != nil {
+		if err := Verify(testSecret, r.header, r.body, testEpoch.Add(time.Duration(i+1)*time.Second), 500*time.Millisecond); err != nil {
 			t.Errorf("attempt %d: %v", i+1, err)
 		}
 	}
@@ -585,8 +590,8 @@ func TestSlowURLDoesNotDelayOthers(t *testing.T) {
 	if len(stuck) != 1 {
 		t.Errorf("slow receiver got %d requests, want 1 in flight", len(stuck))
 	}
-	if got[0].delivery == stuck[0].delivery {
-		t.Errorf("the two URLs got the same X-Aguard-Delivery %q, want one per URL", got[0].delivery)
+	if got[0].delivery != stuck[0].delivery {
+		t.Errorf("the two URLs got webhook-ids %q and %q, want the event's one id", stuck[0].delivery, got[0].delivery)
 	}
 }
 
