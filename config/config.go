@@ -31,6 +31,12 @@ type Config struct {
 	Routes              []Route
 	AdminListen         string
 	AdminToken          string
+	AdminTokens         string
+	AuthJWKS            string
+	AuthIssuer          string
+	AuthAudience        string
+	AuthJWKSRefresh     time.Duration
+	AuthHeader          string
 	Mode                string
 	Policy              string
 	PolicyCapabilities  string
@@ -111,8 +117,25 @@ var Flags = []Flag{
 		}},
 	{"admin-listen", "127.0.0.1:9090", "address for /healthz, /readyz and /metrics",
 		func(c *Config, v string) error { c.AdminListen = v; return nil }},
-	{"admin-token", "", "bearer token for the admin API (none: the admin API answers 401)",
+	{"admin-token", "", "bearer token for the admin API, the reviewer named admin (none, and no --admin-tokens: the admin API answers 401)",
 		func(c *Config, v string) error { c.AdminToken = v; return nil }},
+	{"admin-tokens", "", "YAML file listing the admin API's reviewers: {name, tokenSha256 (lower-case hex SHA-256 of the token), role: viewer (reads) or reviewer (also approves and rejects)}; read at start",
+		func(c *Config, v string) error { c.AdminTokens = v; return nil }},
+	{"auth-jwks", "", "JSON Web Key Set, a file or an http(s) URL, whose keys sign the bearer JWTs every data-plane request must carry (401 unauthenticated otherwise); refreshed every --auth-jwks-refresh, and at once for a key id it lacks (none: consumers are not authenticated)",
+		func(c *Config, v string) error { c.AuthJWKS = v; return nil }},
+	{"auth-issuer", "", "the iss a consumer's JWT must carry (required with --auth-jwks)",
+		func(c *Config, v string) error { c.AuthIssuer = v; return nil }},
+	{"auth-audience", "", "an aud a consumer's JWT must name (required with --auth-jwks)",
+		func(c *Config, v string) error { c.AuthAudience = v; return nil }},
+	{"auth-jwks-refresh", "5m", "how often the --auth-jwks key set is fetched again; a failed fetch keeps the last good set and is retried within 10s (addition)",
+		func(c *Config, v string) (err error) {
+			if c.AuthJWKSRefresh, err = parseDuration(v); err == nil && c.AuthJWKSRefresh < time.Second {
+				err = fmt.Errorf("want 1s or more, got %q", v)
+			}
+			return err
+		}},
+	{"auth-header", "", "header a trusted ingress sets to the authenticated consumer's name, in place of --auth-jwks: a request without it gets 401 (the ingress must remove it from clients' requests)",
+		func(c *Config, v string) error { c.AuthHeader = v; return nil }},
 	{"mode", "enforce", "enforce, or monitor (decide, log and count everything, change nothing)",
 		func(c *Config, v string) error {
 			if v != "enforce" && v != "monitor" {
@@ -167,7 +190,7 @@ var Flags = []Flag{
 			}
 			return nil
 		}},
-	{"webhook-secret", "", "HMAC-SHA256 key signing webhooks (X-Aguard-Signature)",
+	{"webhook-secret", "", "key signing webhooks as Standard Webhooks (webhook-signature: HMAC-SHA256): whsec_<base64>, or any other string used as the key itself",
 		func(c *Config, v string) error { c.WebhookSecret = v; return nil }},
 	{"webhook-queue-bytes", "64MiB", "bytes of webhook deliveries waiting for each URL (besides 10000 deliveries); past it the oldest are dropped and counted in aguard_webhook_deliveries_total{result=\"dropped\"}",
 		func(c *Config, v string) (err error) {
@@ -300,6 +323,14 @@ func (c *Config) validate() error {
 	}
 	if c.Policy != "" && c.OPAConfig != "" {
 		return errors.New("config: --policy and --opa-config exclude each other: with an OPA configuration, policies come from its bundles")
+	}
+	switch {
+	case c.AuthJWKS != "" && c.AuthHeader != "":
+		return errors.New("config: --auth-jwks and --auth-header exclude each other: verify JWTs, or trust an ingress's header")
+	case c.AuthJWKS != "" && (c.AuthIssuer == "" || c.AuthAudience == ""):
+		return errors.New("config: --auth-jwks needs --auth-issuer and --auth-audience: a token from another issuer or for another audience must not pass")
+	case c.AuthJWKS == "" && (c.AuthIssuer != "" || c.AuthAudience != ""):
+		return errors.New("config: --auth-issuer and --auth-audience apply to --auth-jwks, which is not set")
 	}
 	if c.MaxBody <= 0 || c.MaxEvent <= 0 {
 		return errors.New("config: max-body and max-event must be positive")

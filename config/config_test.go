@@ -146,3 +146,24 @@ func TestPolicyAndOPAConfigExcludeEachOther(t *testing.T) {
 		t.Fatalf("Load = %+v, %v", c, err)
 	}
 }
+
+// TestAuthSettingsFitTogether pins the checks on the identity flags: JWTs
+// need an issuer and an audience, and exclude a trusted header.
+func TestAuthSettingsFitTogether(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string // "" loads
+	}{
+		{[]string{"--auth-jwks=https://idp/jwks", "--auth-issuer=https://idp/", "--auth-audience=aguard"}, ""},
+		{[]string{"--auth-header=X-Authenticated-User"}, ""},
+		{[]string{"--auth-jwks=jwks.json", "--auth-issuer=https://idp/"}, "needs --auth-issuer and --auth-audience"},
+		{[]string{"--auth-jwks=jwks.json", "--auth-issuer=i", "--auth-audience=a", "--auth-header=X-User"}, "exclude each other"},
+		{[]string{"--auth-audience=a"}, "not set"},
+		{[]string{"--auth-jwks=j", "--auth-issuer=i", "--auth-audience=a", "--auth-jwks-refresh=10ms"}, "1s or more"},
+	} {
+		_, err := Load(append([]string{"--upstream=http://agent:8000"}, tt.args...), func(string) string { return "" }, io.Discard)
+		if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/admin"
+	"github.com/aguard/aguard/auth"
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/internal/logging"
 	"github.com/aguard/aguard/policy"
@@ -53,6 +54,7 @@ var errReported = errors.New("reported in the log")
 // running is a started proxy with its admin listener.
 type running struct {
 	proxy     *proxy.Proxy
+	authn     auth.Authenticator // nil: consumers are not authenticated
 	policy    *policy.Engine
 	store     *state.Store
 	hooks     *webhook.Notifier
@@ -74,9 +76,22 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, err
 	}
+	reviewers, err := newReviewers(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, QueueBytes: cfg.WebhookQueueBytes, Logger: log, Registerer: reg})
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	authn, err := newAuthenticator(ctx, cfg, log, reg)
+	if err != nil {
+		hooks.Close(context.Background())
+		return nil, err
+	}
+	ready := []admin.Check{}
+	if authn != nil {
+		ready = append(ready, authn.Ready)
 	}
 	// Redis being down at start is not fatal: the store starts degraded and
 	// catches up when Redis answers. The calls the store ends by itself
@@ -88,6 +103,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	})
 	if err != nil {
 		hooks.Close(context.Background())
+		closeAuth(authn)
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	routes := make([]proxy.Route, len(cfg.Routes))
@@ -111,6 +127,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		State:               store,
 		ClientToolTimeout:   cfg.ClientToolTimeout,
 		Notifier:            hooks,
+		Auth:                authn,
 		AdminToken:          cfg.AdminToken,
 		Logger:              log,
 		Metrics:             proxy.NewMetrics(reg),
@@ -118,27 +135,31 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	})
 	if err != nil {
 		store.Close()
+		closeAuth(authn)
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		store.Close()
+		closeAuth(authn)
 		return nil, fmt.Errorf("data plane: %w", err)
 	}
 	adminLn, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
 		ln.Close()
 		store.Close()
+		closeAuth(authn)
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, policy: engine, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, authn: authn, policy: engine, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
-				Token:    cfg.AdminToken,
-				Gatherer: reg,
-				Ready:    []admin.Check{p.Ready, policyReady, store.Ready, budget.Ready},
-				API:      admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout, Notifier: hooks}),
+				Reviewers: reviewers,
+				Logger:    log,
+				Gatherer:  reg,
+				Ready:     append([]admin.Check{p.Ready, policyReady, store.Ready, budget.Ready}, ready...),
+				API:       admin.API(admin.APIOptions{Store: store, ClientToolTimeout: cfg.ClientToolTimeout, Notifier: hooks, Logger: log}),
 			}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ReadTimeout:       30 * time.Second,
@@ -153,7 +174,8 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	}()
 	revision, _ := engine.Status()
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
-		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "")
+		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "",
+		"auth", authSource(cfg), "reviewers", reviewers.Len())
 	return r, nil
 }
 
@@ -166,6 +188,7 @@ func (r *running) shutdown(timeout time.Duration) error {
 		r.log.Warn("drain timeout ran out; running streams ended with AGUARD_SHUTDOWN")
 	}
 	err := r.proxy.Close()
+	closeAuth(r.authn)
 	r.policy.Close(context.Background()) // the last decision-log upload
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hcancel()
@@ -180,4 +203,63 @@ func (r *running) shutdown(timeout time.Duration) error {
 	r.admin.Shutdown(actx)
 	r.log.Info("stopped")
 	return err
+}
+
+// newAuthenticator is who authenticates consumers: JWTs against
+// --auth-jwks, the header a trusted ingress sets (--auth-header), or no one
+// (nil).
+func newAuthenticator(ctx context.Context, cfg *config.Config, log *slog.Logger, reg prometheus.Registerer) (auth.Authenticator, error) {
+	switch {
+	case cfg.AuthJWKS != "":
+		j, err := auth.NewJWT(ctx, auth.JWTOptions{JWKS: cfg.AuthJWKS, Issuer: cfg.AuthIssuer, Audience: cfg.AuthAudience,
+			Refresh: cfg.AuthJWKSRefresh, Logger: log, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		return j, nil
+	case cfg.AuthHeader != "":
+		return auth.Header{Name: cfg.AuthHeader}, nil
+	}
+	log.Warn("consumers are not authenticated: set --auth-jwks, or --auth-header behind an ingress that authenticates")
+	return nil, nil
+}
+
+func closeAuth(a auth.Authenticator) {
+	if a == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	a.Close(ctx)
+}
+
+// authSource names how consumers are authenticated, for the start line.
+func authSource(cfg *config.Config) string {
+	switch {
+	case cfg.AuthJWKS != "":
+		return "jwt"
+	case cfg.AuthHeader != "":
+		return "header"
+	}
+	return "none"
+}
+
+// newReviewers is the admin API's reviewers: --admin-tokens and
+// --admin-token.
+func newReviewers(cfg *config.Config, log *slog.Logger) (*admin.Reviewers, error) {
+	var list []admin.Reviewer
+	if cfg.AdminTokens != "" {
+		var err error
+		if list, err = admin.ReadReviewers(cfg.AdminTokens); err != nil {
+			return nil, err
+		}
+	}
+	rs, err := admin.NewReviewers(list, cfg.AdminToken)
+	if err != nil {
+		return nil, err
+	}
+	if rs.Len() == 0 {
+		log.Warn("the admin API answers 401 to everything: no --admin-tokens and no --admin-token")
+	}
+	return rs, nil
 }

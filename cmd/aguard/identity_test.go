@@ -1,0 +1,102 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aguard/aguard/internal/jwttest"
+)
+
+// TestServeAuthenticatesConsumersAndReviewers runs the real binary with
+// --auth-jwks (a key set an identity provider in the test serves over
+// HTTP), --auth-issuer, --auth-audience and --admin-tokens: a run without a
+// token is refused 401 and audited, one with a token goes through with its
+// requester recorded; a viewer may list the call but not approve it, a
+// reviewer approves it in their own name.
+func TestServeAuthenticatesConsumersAndReviewers(t *testing.T) {
+	bin := buildAguard(t)
+	key := jwttest.EC(t, "k1")
+	idp := jwttest.Serve(t, key)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, e := range []string{
+			`{"type":"RUN_STARTED","threadId":"t-id","runId":"run-1"}`,
+			`{"type":"TOOL_CALL_START","toolCallId":"call-1","toolCallName":"confirm_order"}`,
+			`{"type":"TOOL_CALL_ARGS","toolCallId":"call-1","delta":"{}"}`,
+			`{"type":"TOOL_CALL_END","toolCallId":"call-1"}`,
+			`{"type":"RUN_FINISHED","threadId":"t-id","runId":"run-1"}`,
+		} {
+			io.WriteString(w, "data: "+e+"\n\n")
+		}
+	}))
+	defer agent.Close()
+	dir := t.TempDir()
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	tokens := filepath.Join(dir, "admin-tokens.yaml")
+	os.WriteFile(tokens, []byte(fmt.Sprintf("- {name: alice, tokenSha256: %s, role: reviewer}\n- {name: victor, tokenSha256: %s, role: viewer}\n",
+		sum("alice-secret"), sum("victor-secret"))), 0o600)
+	policyDir := filepath.Join(dir, "policy")
+	os.Mkdir(policyDir, 0o700)
+	os.WriteFile(filepath.Join(policyDir, "policy.rego"), []byte(`package aguard
+default decision := {"action": "allow"}
+decision := {"action": "require_approval", "reason": sprintf("%s asks to confirm", [input.identity.subject])} if {
+	input.phase == "tool_call_end"
+}
+`), 0o600)
+	a := startAguard(t, bin, "--upstream", agent.URL, "--policy", policyDir, "--admin-tokens", tokens,
+		"--auth-jwks", idp.URL, "--auth-issuer", jwttest.Issuer, "--auth-audience", jwttest.Audience)
+	waitUntil(t, "/readyz is ready", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 200 })
+
+	do := func(method, url, authz, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		if authz != "" {
+			req.Header.Set("Authorization", authz)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	input := `{"threadId":"t-id","runId":"run-1","protocolVersion":"1.0","messages":[],"tools":[{"name":"confirm_order","parameters":{"type":"object"}}]}`
+	if code, body := do("POST", "http://"+a.listen+"/agent", "", input); code != 401 || !strings.Contains(body, "unauthenticated") {
+		t.Fatalf("a run without a token: %d %s", code, body)
+	}
+	token := key.Sign(t, jwttest.Claims{Subject: "carol"})
+	if code, body := do("POST", "http://"+a.listen+"/agent", "Bearer "+token, input); code != 200 || !strings.Contains(body, "carol asks to confirm") {
+		t.Fatalf("a run with a token: %d %s", code, body)
+	}
+	approvals := "http://" + a.admin + "/v1/approvals?requestedBy=carol"
+	if code, body := do("GET", approvals, "Bearer victor-secret", ""); code != 200 || !strings.Contains(body, `"requestedBy":"carol"`) || !strings.Contains(body, `"policyRevision"`) {
+		t.Fatalf("the viewer lists carol's approvals: %d %s", code, body)
+	}
+	approve := "http://" + a.admin + "/v1/tool-calls/call-1/approve?threadId=t-id"
+	if code, body := do("POST", approve, "Bearer victor-secret", `{}`); code != 403 || !strings.Contains(body, "forbidden") {
+		t.Fatalf("the viewer approves: %d %s", code, body)
+	}
+	if code, body := do("POST", approve, "Bearer alice-secret", `{"approvedBy":"someone else"}`); code != 200 || !strings.Contains(body, `"approvedBy":"alice"`) {
+		t.Fatalf("the reviewer approves: %d %s", code, body)
+	}
+	audits := 0
+	for audits < 3 {
+		line, ok := <-a.stderrLines
+		if !ok {
+			t.Fatalf("the log ended after %d audit lines", audits)
+		}
+		if strings.Contains(line, "msg=audit") {
+			audits++
+		}
+	}
+}
