@@ -2,6 +2,8 @@ package admin_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,9 +33,41 @@ var uiHeaders = map[string]string{
 	"Cache-Control":           "no-store",
 }
 
+// uiReviewers are the page's reviewers: "Alice Reviewer" with token "tok"
+// may decide, "victor" with "view-tok" may only look.
+func uiReviewers(t *testing.T) *admin.Reviewers {
+	t.Helper()
+	sum := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+	rs, err := admin.NewReviewers([]admin.Reviewer{
+		{Name: "Alice Reviewer", TokenSHA256: sum("tok"), Role: admin.RoleReviewer},
+		{Name: "victor", TokenSHA256: sum("view-tok"), Role: admin.RoleViewer},
+	}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// posted records the bodies of the POSTs that reach the admin API.
+type posted struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (p *posted) all() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.bodies...)
+}
+
 // uiServer starts the admin listener on loopback with an in-process ledger
-// (no Redis) seeded with calls.
+// (no Redis) seeded with calls; it records the bodies the page POSTs.
 func uiServer(t *testing.T, calls ...*state.ToolCall) (*httptest.Server, *state.Store) {
+	srv, store, _ := uiServerPosts(t, calls...)
+	return srv, store
+}
+
+func uiServerPosts(t *testing.T, calls ...*state.ToolCall) (*httptest.Server, *state.Store, *posted) {
 	t.Helper()
 	store, err := state.Open(context.Background(), state.Options{})
 	if err != nil {
@@ -44,9 +79,20 @@ func uiServer(t *testing.T, calls ...*state.ToolCall) (*httptest.Server, *state.
 			t.Fatalf("seeding call %q: %v", c.ID, err)
 		}
 	}
-	srv := httptest.NewServer(admin.Handler(admin.Options{Token: "tok", API: admin.API(admin.APIOptions{Store: store})}))
+	h := admin.Handler(admin.Options{Reviewers: uiReviewers(t), API: admin.API(admin.APIOptions{Store: store})})
+	rec := &posted{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			b, _ := io.ReadAll(r.Body)
+			rec.mu.Lock()
+			rec.bodies = append(rec.bodies, string(b))
+			rec.mu.Unlock()
+			r.Body = io.NopCloser(strings.NewReader(string(b)))
+		}
+		h.ServeHTTP(w, r)
+	}))
 	t.Cleanup(srv.Close)
-	return srv, store
+	return srv, store, rec
 }
 
 // TestApprovalsPageHeaders checks, without a browser, that the page and its
@@ -146,9 +192,13 @@ const (
 )
 
 // TestApprovalsPageInChromium drives the approvals page in headless Chromium:
-// it signs in with the token, checks that hostile names, ids and arguments
-// show as text and run nothing, approves one call and rejects the other, and
-// checks the ledger and the page agree.
+// it signs in with a reviewer's token; checks that each call shows who asked
+// for it, the policy's reason, and its arguments with their digest, and that
+// hostile names, ids and arguments show as text and run nothing; approves
+// one call only once the reviewer confirms (cancelling first leaves it
+// held), with the digest of the arguments shown; rejects another; checks
+// the ledger and the page agree; and shows a viewer's token that it may not
+// decide.
 func TestApprovalsPageInChromium(t *testing.T) {
 	chromium, err := exec.LookPath("chromium")
 	if err != nil {
@@ -158,13 +208,15 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	now := time.Now()
 	soon, later, latest := now.Add(20*time.Minute), now.Add(time.Hour), now.Add(2*time.Hour)
 	const safeID = "call-transfer-1"
-	srv, store := uiServer(t,
+	srv, store, posts := uiServerPosts(t,
 		&state.ToolCall{ID: safeID, Name: "transfer_funds", Status: state.StatusRequiresConfirmation,
 			IsClientTool: true, ThreadID: "thread-a", RunID: "run-1", RequiresApprovalAt: &soon, CreatedAt: now,
-			Description:   "Moves money between accounts.",
+			Description: "Moves money between accounts.", RequestedBy: "carol@example.com",
+			DecisionReason: "transfers over 100 EUR need a reviewer", PolicyRevision: "payments-v7", DecisionID: "dec-1",
 			ArgumentsJSON: json.RawMessage(`{"amount":125.5,"currency":"EUR","to":{"iban":"DE89370400440532013000","name":"ACME"}}`)},
 		&state.ToolCall{ID: hostileID, Name: hostileName, Status: state.StatusRequiresConfirmation,
 			IsClientTool: true, ThreadID: hostileThread, RunID: "run-2", RequiresApprovalAt: &later, CreatedAt: now,
+			RequestedBy: hostileNote, DecisionReason: hostileName,
 			ArgumentsJSON: json.RawMessage(`{"note":` + jsonString(t, hostileNote) + `,"path":"/"}`)},
 		// Another thread's call with the same id: another call, another row.
 		&state.ToolCall{ID: safeID, Name: "transfer_funds", Status: state.StatusRequiresConfirmation,
@@ -235,6 +287,15 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	}
 	const row1, row2 = "#calls > li:nth-child(1)", "#calls > li:nth-child(2)"
 	const reviewer = "Alice Reviewer"
+	safe, err := store.GetCall(context.Background(), state.Ref{ThreadID: "thread-a", ID: safeID})
+	if err != nil || safe.ArgumentsDigest == "" {
+		t.Fatalf("the seeded call: %+v, %v", safe, err)
+	}
+	held := func(thread, id string) bool {
+		t.Helper()
+		c, err := store.GetCall(context.Background(), state.Ref{ThreadID: thread, ID: id})
+		return err == nil && c.Status == state.StatusRequiresConfirmation && c.Approved == nil
+	}
 
 	do("opening the page and entering the token",
 		chromedp.Navigate(srv.URL+"/ui/approvals"),
@@ -243,9 +304,9 @@ func TestApprovalsPageInChromium(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
 	)
 	waitFor("the three calls are listed", `document.querySelectorAll("#calls > li").length === 3`)
-	do("entering the reviewer's name", chromedp.SendKeys(chromedp.ID("reviewer"), reviewer))
-	waitFor("every row's \"Approved by\" has the reviewer's name",
-		`[...document.querySelectorAll("#calls input.approved-by")].every(i => i.value === `+jsonString(t, reviewer)+`)`)
+	if got := eval(`document.getElementById("whoami").innerText`); got != "Signed in as "+reviewer+" (reviewer)" {
+		t.Errorf("the page says %q about who is signed in", got)
+	}
 
 	if got := eval(`location.href`); strings.Contains(got, "tok") {
 		t.Errorf("the token leaked into the URL: %s", got)
@@ -256,7 +317,8 @@ func TestApprovalsPageInChromium(t *testing.T) {
 
 	// The rows come in deadline order: the safe call first, then the hostile.
 	first := eval(`document.querySelector("` + row1 + `").innerText`)
-	for _, want := range []string{"transfer_funds", safeID, "thread-a", `"currency": "EUR"`, "Moves money between accounts.", "in 19m"} {
+	for _, want := range []string{"transfer_funds", safeID, "thread-a", `"currency": "EUR"`, "Moves money between accounts.", "in 19m",
+		"Requested by", "carol@example.com", "transfers over 100 EUR need a reviewer", "payments-v7", "SHA-256 " + safe.ArgumentsDigest} {
 		if !strings.Contains(first, want) {
 			t.Errorf("the first row lacks %q:\n%s", want, first)
 		}
@@ -274,8 +336,32 @@ func TestApprovalsPageInChromium(t *testing.T) {
 		t.Fatalf("a script from the data ran: window.pwned is %s", got)
 	}
 
-	do("approving the first call", chromedp.Click(chromedp.CSS(row1+" button.approve")))
+	// Approving asks first; cancelling leaves the call held.
+	do("asking to approve the first call", chromedp.Click(chromedp.CSS(row1+" button.approve")))
+	waitFor("the confirmation shows", `!document.querySelector("`+row1+` .confirm").hidden`)
+	question := eval(`document.querySelector("` + row1 + ` .confirm-text").innerText`)
+	for _, want := range []string{"Approve transfer_funds", "carol@example.com", safe.ArgumentsDigest[:12]} {
+		if !strings.Contains(question, want) {
+			t.Errorf("the confirmation %q does not say %q", question, want)
+		}
+	}
+	if !held("thread-a", safeID) || len(posts.all()) != 0 {
+		t.Fatalf("asking to approve decided already (posts %q)", posts.all())
+	}
+	do("cancelling", chromedp.Click(chromedp.CSS(row1+" button.confirm-no")))
+	waitFor("the confirmation hides", `document.querySelector("`+row1+` .confirm").hidden`)
+	if !held("thread-a", safeID) || len(posts.all()) != 0 {
+		t.Fatalf("a cancelled approval decided (posts %q)", posts.all())
+	}
+	do("approving the first call, confirmed",
+		chromedp.Click(chromedp.CSS(row1+" button.approve")),
+		chromedp.WaitVisible(chromedp.CSS(row1+" button.confirm-yes")),
+		chromedp.Click(chromedp.CSS(row1+" button.confirm-yes")),
+	)
 	waitFor("the first row shows it approved", `document.querySelector("`+row1+`").dataset.state === "approved"`)
+	if got := posts.all(); len(got) != 1 || !strings.Contains(got[0], `"argumentsDigest":"`+safe.ArgumentsDigest+`"`) {
+		t.Errorf("the approval posted %q, want the digest of the arguments shown", got)
+	}
 
 	shot, err := chromedp.Run(browser, chromedp.FullScreenshot(100) /* PNG */)
 	if err != nil {
@@ -293,6 +379,8 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	do("rejecting the second call",
 		chromedp.SendKeys(chromedp.CSS(row2+" input.reason"), "not on my watch"),
 		chromedp.Click(chromedp.CSS(row2+" button.reject")),
+		chromedp.WaitVisible(chromedp.CSS(row2+" button.confirm-yes")),
+		chromedp.Click(chromedp.CSS(row2+" button.confirm-yes")),
 	)
 	waitFor("the second row shows it rejected", `document.querySelector("`+row2+`").dataset.state === "rejected"`)
 
@@ -331,7 +419,32 @@ func TestApprovalsPageInChromium(t *testing.T) {
 	if got := eval(`document.querySelector("` + row1 + `").innerText`); !strings.Contains(got, "thread-b") {
 		t.Errorf("the row left is not the other thread's call:\n%s", got)
 	}
-	do("rejecting the other thread's call", chromedp.Click(chromedp.CSS(row1+" button.reject")))
+	// A viewer's token lists the call and cannot decide it.
+	do("signing in as a viewer",
+		chromedp.Click(chromedp.ID("forget")),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "view-tok"),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	)
+	waitFor("the viewer's list", `document.querySelectorAll("#calls > li").length === 1 && document.getElementById("whoami").innerText.includes("victor (viewer)")`)
+	if got := eval(`String(document.querySelector("` + row1 + ` button.approve").disabled)`); got != "true" {
+		t.Error("a viewer's Approve button is enabled")
+	}
+	if got := eval(`document.querySelector("` + row1 + ` .outcome").innerText`); !strings.Contains(got, "not decide") {
+		t.Errorf("the viewer's row says %q", got)
+	}
+	do("signing in as the reviewer again",
+		chromedp.Click(chromedp.ID("forget")),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "tok"),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+	)
+	waitFor("the reviewer's list", `document.querySelectorAll("#calls > li").length === 1 && document.getElementById("whoami").innerText.includes("(reviewer)") && !document.querySelector("`+row1+` button.reject").disabled`)
+	do("rejecting the other thread's call",
+		chromedp.Click(chromedp.CSS(row1+" button.reject")),
+		chromedp.WaitVisible(chromedp.CSS(row1+" button.confirm-yes")),
+		chromedp.Click(chromedp.CSS(row1+" button.confirm-yes")),
+	)
 	waitFor("its row shows it rejected", `document.querySelector("`+row1+`").dataset.state === "rejected"`)
 	do("refreshing", chromedp.Click(chromedp.ID("refresh")))
 	waitFor("decided calls leave the list", `document.querySelectorAll("#calls > li").length === 0 && !document.getElementById("empty").hidden`)

@@ -1,6 +1,11 @@
 // approvals.js drives aguard's approvals page (approvals.html): it lists the
-// tool calls awaiting a decision (GET /v1/approvals) and approves or rejects
-// them (POST /v1/tool-calls/{id}/approve and /reject, with ?threadId=).
+// tool calls awaiting a decision (GET /v1/approvals), with who asked, the
+// policy's reason and the arguments with their digest, and approves or
+// rejects them (POST /v1/tool-calls/{id}/approve and /reject, with
+// ?threadId=) once the reviewer confirms. An approval carries the digest of
+// the arguments shown: the API refuses it (409 arguments_changed) for any
+// others. The decision is recorded in the name the token stands for (GET
+// /v1/whoami); a viewer's token reads but cannot decide.
 //
 // Everything the API returns is untrusted: tool names, ids and arguments come
 // from a model. The page therefore builds its DOM with createElement and
@@ -12,7 +17,6 @@
 
 (() => {
   const TOKEN_KEY = "aguard.adminToken";
-  const REVIEWER_KEY = "aguard.reviewer";
   const REFRESH_MS = 10000;
   // The API sits at /v1/ next to /ui/; resolving relatively keeps the page
   // working behind a proxy that adds a path prefix.
@@ -23,7 +27,7 @@
     tokenForm: byId("token-form"),
     tokenMessage: byId("token-message"),
     token: byId("token"),
-    reviewer: byId("reviewer"),
+    whoami: byId("whoami"),
     refresh: byId("refresh"),
     forget: byId("forget"),
     status: byId("status"),
@@ -37,6 +41,8 @@
   // (the API refused the decision). Decided and failed rows stay until the
   // next listing that no longer has them.
   const rows = new Map();
+  // me is the reviewer the token names ({name, role}), once known.
+  let me = null;
   let refreshTimer = 0;
   let listing = 0; // sequence number of the latest listing request
 
@@ -62,6 +68,8 @@
   // askForToken forgets the token, stops refreshing and shows the token form.
   function askForToken(message) {
     sessionStorage.removeItem(TOKEN_KEY);
+    me = null;
+    ui.whoami.textContent = "";
     clearTimeout(refreshTimer);
     ui.tokenMessage.textContent = message;
     ui.tokenForm.hidden = false;
@@ -122,6 +130,7 @@
     ui.status.textContent = "Loading…";
     let res;
     try {
+      if (!me) await whoami();
       res = await callAPI("GET", "approvals");
     } catch (err) {
       if (seq === listing) ui.status.textContent = `Could not reach the admin API: ${err.message}`;
@@ -141,6 +150,26 @@
     const n = rows.size;
     ui.status.textContent = `Updated ${new Date().toLocaleTimeString()} · refreshes every ${REFRESH_MS / 1000} s`;
     ui.empty.hidden = n > 0;
+  }
+
+  // whoami asks whose the token is, and shows it; a viewer's rows cannot
+  // be decided.
+  async function whoami() {
+    const res = await callAPI("GET", "whoami");
+    if (res.status !== 200 || !res.data) return;
+    me = { name: str(res.data.name), role: str(res.data.role) };
+    ui.whoami.textContent = `Signed in as ${me.name} (${me.role})`;
+    for (const row of rows.values()) lockForViewer(row);
+  }
+
+  const canDecide = () => !!me && me.role === "reviewer";
+
+  // lockForViewer disables a pending row's decision for a viewer.
+  function lockForViewer(row) {
+    if (row.state !== "pending" || canDecide()) return;
+    for (const b of row.buttons) b.disabled = true;
+    row.reason.disabled = true;
+    showOutcome(row, "", "Your token may view calls, not decide them.");
   }
 
   // rowKey identifies a call's row: its thread and its id.
@@ -218,6 +247,7 @@
       meta.append(dd);
       return dd;
     };
+    addMeta("Requested by", str(call.requestedBy) || "— (not authenticated)", "requested-by");
     addMeta("Call id", id, "mono");
     addMeta("Thread", str(call.threadId) || "—", "mono");
     if (str(call.runId)) addMeta("Run", call.runId, "mono");
@@ -234,36 +264,80 @@
     deadlineBox.append(deadline, " ", remaining);
     addMeta("Deadline", deadlineBox);
     if (str(call.decisionId)) addMeta("Decision", call.decisionId, "mono");
+    if (str(call.policyRevision)) addMeta("Policy revision", call.policyRevision, "mono");
     li.append(meta);
 
+    if (str(call.decisionReason)) {
+      const why = el("p", "policy-reason");
+      why.append(el("span", "label", "Why the policy asks: "), el("span", "reason-text", call.decisionReason));
+      li.append(why);
+    }
     if (str(call.description)) li.append(el("p", "description", call.description));
 
     li.append(el("h3", "args-title", "Arguments"));
     li.append(el("pre", "arguments", argumentsText(call)));
+    const digest = str(call.argumentsDigest);
+    const digestLine = el("p", "digest");
+    digestLine.append(el("span", "label", "SHA-256 "), el("span", "mono digest-value", digest || "(none)"));
+    li.append(digestLine);
 
     const form = el("div", "decision");
-    const approvedBy = field("Approved by", "approved-by", ui.reviewer.value.trim());
     const reason = field("Reason (optional)", "reason", "");
-    const approve = el("button", "approve", "Approve");
-    const reject = el("button", "reject", "Reject");
+    const approve = el("button", "approve", "Approve…");
+    const reject = el("button", "reject", "Reject…");
     approve.type = reject.type = "button";
-    form.append(approvedBy.wrap, reason.wrap, approve, reject);
+    form.append(reason.wrap, approve, reject);
     li.append(form);
+
+    // The confirmation: what is about to be decided, said once more.
+    const confirm = el("div", "confirm");
+    confirm.hidden = true;
+    confirm.setAttribute("role", "alertdialog");
+    const question = el("p", "confirm-text");
+    const yes = el("button", "confirm-yes", "Confirm");
+    const no = el("button", "confirm-no quiet", "Cancel");
+    yes.type = no.type = "button";
+    confirm.append(question, yes, no);
+    li.append(confirm);
+
     const outcome = el("p", "outcome");
     outcome.setAttribute("role", "status");
     li.append(outcome);
 
     const row = {
       id, key: rowKey(call), thread: str(call.threadId), call, li, badge, remaining, outcome,
-      approvedBy: approvedBy.input, reason: reason.input,
+      reason: reason.input, confirm, question, yes,
       buttons: [approve, reject],
       state: "pending",
-      nameEdited: false, // the reviewer typed in this row's "Approved by"
+      asking: null, // true: approve, false: reject awaits confirmation
     };
-    approvedBy.input.addEventListener("input", () => { row.nameEdited = true; });
-    approve.addEventListener("click", () => decide(row, true));
-    reject.addEventListener("click", () => decide(row, false));
+    approve.addEventListener("click", () => ask(row, true));
+    reject.addEventListener("click", () => ask(row, false));
+    yes.addEventListener("click", () => { if (row.asking !== null) decide(row, row.asking); });
+    no.addEventListener("click", () => closeConfirm(row));
+    lockForViewer(row);
     return row;
+  }
+
+  // ask shows the confirmation of a decision on row's call.
+  function ask(row, approve) {
+    if (row.state !== "pending" || !canDecide()) return;
+    const call = row.call;
+    const who = str(call.requestedBy) || "an unauthenticated consumer";
+    const digest = str(call.argumentsDigest);
+    row.asking = approve;
+    row.question.textContent = approve
+      ? `Approve ${str(call.name) || "this call"}, asked by ${who}, with the arguments shown (SHA-256 ${digest.slice(0, 12) || "none"}…)? The application then executes it.`
+      : `Reject ${str(call.name) || "this call"}, asked by ${who}? The call is declined.`;
+    row.yes.textContent = approve ? "Confirm approval" : "Confirm rejection";
+    row.yes.className = "confirm-yes " + (approve ? "approve" : "reject");
+    row.confirm.hidden = false;
+    row.yes.focus();
+  }
+
+  function closeConfirm(row) {
+    row.asking = null;
+    row.confirm.hidden = true;
   }
 
   // argumentsText pretty-prints the arguments object, or shows the verbatim
@@ -306,9 +380,10 @@
     row.state = state;
     row.li.dataset.state = state;
     if (badge) row.badge.textContent = badge;
-    const locked = state !== "pending";
+    const locked = state !== "pending" || !canDecide();
     for (const b of row.buttons) b.disabled = locked;
-    row.approvedBy.disabled = row.reason.disabled = locked;
+    row.reason.disabled = locked;
+    row.yes.disabled = state !== "pending";
   }
 
   function showOutcome(row, kind, text) {
@@ -316,22 +391,20 @@
     row.outcome.textContent = text;
   }
 
-  // decide approves (approve true) or rejects the row's call.
+  // decide approves (approve true) or rejects the row's call, once
+  // confirmed. An approval names the digest of the arguments shown.
   async function decide(row, approve) {
     if (row.state !== "pending") return;
-    const approvedBy = row.approvedBy.value.trim();
-    if (!approvedBy) {
-      showOutcome(row, "error", "Say who decides: fill in “Approved by” (or “Your name” above).");
-      row.approvedBy.focus();
-      return;
-    }
+    closeConfirm(row);
     setState(row, "busy");
     showOutcome(row, "", approve ? "Approving…" : "Rejecting…");
     // The thread goes with the id: another thread may hold the same id.
     const path = `tool-calls/${pathSegment(row.id)}/${approve ? "approve" : "reject"}?threadId=${encodeURIComponent(row.thread)}`;
+    const body = { reason: row.reason.value.trim() };
+    if (approve) body.argumentsDigest = str(row.call.argumentsDigest);
     let res;
     try {
-      res = await callAPI("POST", path, { approvedBy, reason: row.reason.value.trim() });
+      res = await callAPI("POST", path, body);
     } catch (err) {
       setState(row, "pending");
       showOutcome(row, "error", `Could not reach the admin API: ${err.message}`);
@@ -340,7 +413,7 @@
     scheduleRefresh();
     switch (res.status) {
       case 200: {
-        const who = (res.data && str(res.data.approvedBy)) || approvedBy;
+        const who = (res.data && str(res.data.approvedBy)) || (me && me.name) || "you";
         const verb = approve ? "Approved" : "Rejected";
         setState(row, approve ? "approved" : "rejected", approve ? "approved" : "rejected");
         row.remaining.textContent = "";
@@ -352,6 +425,10 @@
         showOutcome(row, "error", "The admin API refused the token; enter it again, then decide.");
         askForToken("The admin API refused the token; enter it again.");
         break;
+      case 403:
+        setState(row, "pending");
+        showOutcome(row, "error", `Your token may not decide: ${errorText(res)}`);
+        break;
       case 409:
         setState(row, "failed", "not decidable");
         showOutcome(row, "error", errorText(res));
@@ -361,17 +438,6 @@
         showOutcome(row, "error", `${approve ? "Approving" : "Rejecting"} failed: ${errorText(res)}`);
     }
   }
-
-  // The page-level name prefills every row's "Approved by" the reviewer has
-  // not edited, and is remembered in this browser.
-  ui.reviewer.value = localStorage.getItem(REVIEWER_KEY) || "";
-  ui.reviewer.addEventListener("input", () => {
-    const name = ui.reviewer.value.trim();
-    localStorage.setItem(REVIEWER_KEY, name);
-    for (const row of rows.values()) {
-      if (row.state === "pending" && !row.nameEdited) row.approvedBy.value = name;
-    }
-  });
 
   ui.tokenForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
