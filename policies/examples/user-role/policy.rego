@@ -1,14 +1,16 @@
 # Example: rules on the user behind the request.
 #
 # Tools whose names match a glob in data.user_role.guarded_tools ("delete_*",
-# "drop_*", ...) are denied unless the request header named by
-# data.user_role.header (x-user-role) holds one of data.user_role.admin_roles.
-# The header may list several roles, separated by commas.
+# "drop_*", ...) are denied unless the caller's verified JWT carries one of
+# data.user_role.admin_roles in its claim data.user_role.claim ("roles": a
+# list of strings, or one string).
 #
-# Trust: aguard passes request headers as the consumer sent them. Only base a
-# rule on a header that something you trust sets — an authenticating gateway in
-# front of aguard that strips the header from the client's request and sets
-# it from a verified identity. Otherwise any client can claim to be an admin.
+# Trust: input.identity is who aguard authenticated (--auth-jwks: a token
+# it verified; --auth-header: the subject a trusted ingress set, without
+# claims, so no roles). Never base such a rule on input.request.headers:
+# those are whatever the client sent, and a header sent twice arrives joined
+# ("admin, alice"). Without authentication input.identity is null, and
+# guarded tools are denied to everyone.
 package aguard
 
 default decision := {"action": "allow", "reason": "no policy rule objected to the call"}
@@ -53,9 +55,17 @@ deny contains msg if {
 
 # --- Roles -------------------------------------------------------------------
 
-# roles is the set of roles the request claims (lower case, trimmed).
+# roles is the set of roles the caller's verified token claims (lower case,
+# trimmed): the claim may be a list or a single string.
 roles contains lower(trim_space(r)) if {
-	some r in split(input.request.headers[lower(data.user_role.header)], ",")
+	some r in input.identity.claims[data.user_role.claim]
+	is_string(r)
+	trim_space(r) != ""
+}
+
+roles contains lower(trim_space(r)) if {
+	r := input.identity.claims[data.user_role.claim]
+	is_string(r)
 	trim_space(r) != ""
 }
 
@@ -73,12 +83,17 @@ deny contains msg if {
 	guarded
 	not admin
 	count(roles) == 0
-	msg := sprintf("tool %q is reserved to the roles %v, and the request has no %s header", [input.call.name, data.user_role.admin_roles, data.user_role.header])
+	msg := sprintf("tool %q is reserved to the roles %v, and the caller (%s) has none", [input.call.name, data.user_role.admin_roles, caller])
 }
 
 deny contains msg if {
 	guarded
 	not admin
 	count(roles) > 0
-	msg := sprintf("tool %q is reserved to the roles %v, and the request's roles are %v", [input.call.name, data.user_role.admin_roles, sort(roles)])
+	msg := sprintf("tool %q is reserved to the roles %v, and the caller's roles are %v", [input.call.name, data.user_role.admin_roles, sort(roles)])
 }
+
+# caller names who asked, for the reason.
+default caller := "not authenticated"
+
+caller := input.identity.subject if input.identity != null
