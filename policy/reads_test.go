@@ -27,7 +27,7 @@ decision := {"action": "allow", "reason": sprintf("%v", [count(input.call)])}`, 
 		{"reads through a computed key", `package aguard
 decision := {"action": "allow", "reason": k} if { some k, v in input.call.arguments; v == "rm" }`, true, false, "cmd"},
 		{"reads the whole input", `package aguard
-decision := {"action": "allow", "reason": sprintf("%v", [count(input)])}`, true, true, "6"},
+decision := {"action": "allow", "reason": sprintf("%v", [count(input)])}`, true, true, "7"}, // phase, call, tool, schema, run, request, identity
 		{"reads through an import alias", `package aguard
 import input.call.arguments as a
 decision := {"action": "allow", "reason": a.cmd}`, true, false, "rm"},
