@@ -820,6 +820,25 @@ func (b *bundle) deploymentLaunch(ad *aguardDeployment) (launch, []string) {
 		cms[cm.obj.Name] = cm.obj
 	}
 	for _, m := range c.VolumeMounts {
+		if sv := ad.secretVolume(m.Name); sv != nil {
+			// A Secret's items (key -> path), or every key.
+			items := sv.Items
+			if len(items) == 0 {
+				for _, s := range objects[*corev1.Secret](b) {
+					if s.obj.Name == sv.SecretName {
+						for k := range s.obj.Data {
+							items = append(items, corev1.KeyToPath{Key: k, Path: k})
+						}
+					}
+				}
+			}
+			for _, it := range items {
+				if v, ok := b.secretValue(sv.SecretName, it.Key); ok {
+					l.files[path.Join(m.MountPath, it.Path)] = []byte(v)
+				}
+			}
+			continue
+		}
 		cm := cms[ad.configMapOf(m.Name)]
 		if cm == nil {
 			continue
@@ -852,6 +871,16 @@ func (b *bundle) secretValue(name, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// secretVolume is the Secret behind the named volume, if it is one.
+func (ad *aguardDeployment) secretVolume(volume string) *corev1.SecretVolumeSource {
+	for _, v := range ad.d.Spec.Template.Spec.Volumes {
+		if v.Name == volume && v.Secret != nil {
+			return v.Secret
+		}
+	}
+	return nil
 }
 
 // configMapOf is the ConfigMap behind the named volume, if it is one.

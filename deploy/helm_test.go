@@ -40,6 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/aguard/aguard/admin"
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/policy"
 )
@@ -64,6 +65,7 @@ var chartCases = []chartCase{
 	{name: "production: Redis, webhooks, ServiceMonitor, NetworkPolicy", values: "helm/examples/production.yaml", existing: []*corev1.Secret{
 		secretOf("aguard-secrets", map[string]string{"admin-token": "admin-token-from-the-secret", "webhook-secret": "webhook-secret-from-the-secret"}),
 		secretOf("aguard-redis", map[string]string{"redis-url": "redis://:password@redis-primary:6379/0"}),
+		secretOf("aguard-reviewers", map[string]string{"admin-tokens.yaml": "- {name: oncall, tokenSha256: " + strings.Repeat("ab", 32) + ", role: reviewer}\n"}),
 	}},
 	{name: "routes, a policy and two replicas", values: "helm/examples/routes.yaml"},
 }
@@ -80,6 +82,7 @@ func secretOf(name string, data map[string]string) *corev1.Secret {
 // with the value that sets each. Every other flag is a key of `config`.
 var chartSettings = map[string]string{
 	"admin-token":         "secrets.adminToken",
+	"admin-tokens":        "reviewers.list",
 	"webhook-secret":      "secrets.webhookSecret",
 	"redis":               "redis.url",
 	"policy":              "policy.files",
@@ -277,6 +280,10 @@ func TestChartChecksCatchBreakage(t *testing.T) {
 		{"misspelt field", dep, "readOnlyRootFilesystem:", "readOnlyRootFileSystem:", defaults, "unknown field"},
 		{"grace period too short", vals, "terminationGracePeriodSeconds: 50", "terminationGracePeriodSeconds: 35", routes, "terminationGracePeriodSeconds"},
 		{"policy not mounted", dep, "mountPath: /etc/aguard/policy\n", "mountPath: /etc/aguard/policies\n", routes, "--policy"},
+		{"reviewers not mounted", dep, "mountPath: /etc/aguard/reviewers\n", "mountPath: /etc/aguard/reviewer\n", routes, "--admin-tokens"},
+		{"reviewers from another key of their Secret", dep, "- key: {{ .Values.reviewers.existingSecretKey }}", "- key: tokens", production, "--admin-tokens"},
+		{"reviewers file not a list", "templates/reviewers-secret.yaml", "toYaml .Values.reviewers.list", "toYaml .Values.reviewers", routes, "--admin-tokens"},
+		{"reviewers file not passed", dep, "            - --admin-tokens\n            - /etc/aguard/reviewers/admin-tokens.yaml\n", "", routes, "--admin-tokens is"},
 		{"OPA files not mounted", dep, "mountPath: /etc/aguard/opa\n", "mountPath: /etc/aguard/opa-files\n", production, "--opa-config"},
 		{"HPA and a fixed replica count", dep, "{{- if not .Values.autoscaling.enabled }}", "{{- if true }}", production, "spec.replicas"},
 		{"PDB blocking every drain", vals, "  minAvailable: 1\n", "  minAvailable: 2\n", routes, "minAvailable"},
@@ -450,6 +457,7 @@ func checkChartValuesReachAguard(b *bundle) []string {
 		{"--policy", &got.Policy, &want.Policy, true},
 		{"--policy-capabilities", &got.PolicyCapabilities, &want.PolicyCapabilities, false},
 		{"--opa-config", &got.OPAConfig, &want.OPAConfig, false},
+		{"--admin-tokens", &got.AdminTokens, &want.AdminTokens, false},
 	} {
 		if (*f.got == "") != (*f.want == "") {
 			ps = append(ps, fmt.Sprintf("%s: %s is %q, but the values %s it", ad.where, f.flag, *f.got, map[bool]string{true: "set", false: "do not set"}[*f.want != ""]))
@@ -459,6 +467,7 @@ func checkChartValuesReachAguard(b *bundle) []string {
 		}
 		*f.got, *f.want = "", ""
 	}
+	ps = append(ps, b.checkReviewersFile(ad, l)...)
 	got.ConfigFile, want.ConfigFile = "", ""
 	gv, wv := reflect.ValueOf(got).Elem(), reflect.ValueOf(want).Elem()
 	for i := range gv.NumField() {
@@ -467,6 +476,55 @@ func checkChartValuesReachAguard(b *bundle) []string {
 		}
 	}
 	return ps
+}
+
+// checkReviewersFile reads the --admin-tokens file the Deployment mounts as
+// aguard reads it, and requires the reviewers the values list (all of
+// them, or, from an existing Secret, at least one).
+func (b *bundle) checkReviewersFile(ad *aguardDeployment, l launch) []string {
+	var file string
+	for i, a := range l.args {
+		if a == "--admin-tokens" && i+1 < len(l.args) {
+			file = path.Clean(l.args[i+1])
+		}
+	}
+	data, ok := l.files[file]
+	if file == "" || !ok {
+		return nil // the files check above reports a flag without its file
+	}
+	f, err := os.CreateTemp("", "aguard-chart-reviewers-*.yaml")
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer os.Remove(f.Name())
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return []string{err.Error()}
+	}
+	got, err := admin.ReadReviewers(f.Name())
+	if err != nil {
+		return []string{fmt.Sprintf("%s: --admin-tokens %s: aguard does not start with it: %v", ad.where, file, err)}
+	}
+	var names []string
+	for _, r := range got {
+		names = append(names, r.Name+":"+string(r.Role))
+	}
+	var want []string
+	list, _ := b.chartValues["reviewers"].(map[string]any)["list"].([]any)
+	for _, e := range list {
+		m, _ := e.(map[string]any)
+		want = append(want, fmt.Sprintf("%v:%v", m["name"], m["role"]))
+	}
+	if ex, _ := b.chartValues.PathValue("reviewers.existingSecret"); ex != "" && ex != nil {
+		want = nil
+	}
+	if len(names) == 0 || (want != nil && !slices.Equal(names, want)) {
+		return []string{fmt.Sprintf("%s: --admin-tokens %s lists reviewers %q, but the values list %q", ad.where, file, names, want)}
+	}
+	return nil
 }
 
 // configFromValues is the configuration the values describe, as aguard
@@ -511,6 +569,9 @@ func (b *bundle) configFromValues() (*config.Config, error) {
 	}
 	if str("opa.config") != "" {
 		args = append(args, "--opa-config=set")
+	}
+	if list, _ := vals["reviewers"].(map[string]any)["list"].([]any); len(list) > 0 || str("reviewers.existingSecret") != "" {
+		args = append(args, "--admin-tokens=set")
 	}
 	routes, _ := cfgVals["routes"].([]any)
 	standIn := len(routes) > 0 && len(flagValues(cfgVals["upstream"])) == 0

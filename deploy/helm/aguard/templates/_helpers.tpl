@@ -75,3 +75,12 @@ addresses, passed as flags), redis.url, and routes.
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/* The Secret holding the --admin-tokens file, or "" when there is none. */}}
+{{- define "aguard.reviewersSecret" -}}
+{{- if .Values.reviewers.existingSecret -}}
+{{- .Values.reviewers.existingSecret -}}
+{{- else if .Values.reviewers.list -}}
+{{- printf "%s-reviewers" (include "aguard.fullname" .) -}}
+{{- end -}}
+{{- end -}}
