@@ -20,6 +20,11 @@ import (
 // subject, for the audit line of a request refused after authentication.
 type subjectKey struct{}
 
+// unreadKey is the RequestCtx user value set when a request was refused
+// before its request line could be read: its audit line then names no
+// method and no path.
+type unreadKey struct{}
+
 // realm names aguard in its challenges (RFC 9110 §11.6.1).
 const realm = `Bearer realm="aguard"`
 
@@ -114,14 +119,18 @@ func (p *Proxy) audit(ctx *fasthttp.RequestCtx, status int, code, message string
 		return
 	}
 	sub, _ := ctx.UserValue(subjectKey{}).(string)
+	method := string(ctx.Method())
 	path, _, _ := strings.Cut(string(ctx.Request.Header.RequestURI()), "?")
+	if unread, _ := ctx.UserValue(unreadKey{}).(bool); unread {
+		method, path = "", ""
+	}
 	p.log.LogAttrs(context.Background(), slog.LevelInfo, "audit",
 		slog.String("action", "refuse"),
 		slog.Int("status", status),
 		slog.String("code", code),
 		slog.String("subject", sub),
 		slog.String("remoteAddr", ctx.RemoteAddr().String()),
-		slog.String("method", string(ctx.Method())),
+		slog.String("method", method),
 		slog.String("path", path), // without the query, which may carry credentials
 		slog.String("message", message),
 	)

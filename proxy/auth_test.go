@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -278,5 +281,83 @@ func TestATrustedIngressHeaderNamesTheCaller(t *testing.T) {
 	c, err := store.GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "pay-run-1"})
 	if err != nil || c.RequestedBy != "alice" {
 		t.Errorf("the call's requester: %+v, %v", c, err)
+	}
+}
+
+// TestEveryRefusedRequestIsAudited sends, over raw sockets, one request for
+// each kind of refusal a consumer can get before its run reaches the
+// agent, behind --auth-header: each writes exactly one audit line with its
+// status, code, the subject once authenticated ("" before), the remote
+// address and the path without its query, and nothing of it reaches the
+// agent.
+func TestEveryRefusedRequestIsAudited(t *testing.T) {
+	logs := &syncbuf.Buffer{}
+	agent := &headerAgent{}
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
+		o.Auth, o.MaxBody = auth.Header{Name: "X-User"}, 1024
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	addr := strings.TrimPrefix(h.url, "http://")
+	send := func(raw string) int {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("reading the answer to %.40q: %v", raw, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	req := func(method, target, user, body string) string {
+		r := method + " " + target + " HTTP/1.1\r\nHost: aguard\r\nContent-Type: application/json\r\nConnection: close\r\n"
+		if user != "" {
+			r += "X-User: " + user + "\r\n"
+		}
+		return r + fmt.Sprintf("Content-Length: %d\r\n\r\n", len(body)) + body
+	}
+	for _, tt := range []struct {
+		name, raw             string
+		status                int
+		code, subject, method string
+	}{
+		{"no identity", req("POST", "/agent?api_key=s3cret", "", runInput("t", "r")), 401, "unauthenticated", "", "POST"},
+		{"not a RunAgentInput", req("POST", "/agent?api_key=s3cret", "alice", `{"threadId":1}`), 400, "invalid_run_input", "alice", "POST"},
+		{"a dot-dot path", req("POST", "/a/%2e%2e/agent?api_key=s3cret", "alice", runInput("t", "r")), 400, "invalid_path", "alice", "POST"},
+		{"a body past --max-body", req("POST", "/agent?api_key=s3cret", "alice", strings.Repeat(" ", 2048)+runInput("t", "r")), 413, "too_large", "", "POST"},
+		{"headers past their limit", "POST /agent?api_key=s3cret HTTP/1.1\r\nHost: aguard\r\nX-Pad: " + strings.Repeat("x", 16<<10) + "\r\n\r\n", 431, "headers_too_large", "", ""}, // the request line went unread
+		{"a folded header", "POST /agent?api_key=s3cret HTTP/1.1\r\nHost: aguard\r\nX-User: alice\r\n bob\r\nContent-Length: 0\r\n\r\n", 400, "bad_request", "", "POST"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			before := len(auditLines(t, logs))
+			if got := send(tt.raw); got != tt.status {
+				t.Fatalf("status %d, want %d", got, tt.status)
+			}
+			lines := auditLines(t, logs)
+			if len(lines) != before+1 {
+				t.Fatalf("%d audit lines for one refusal:\n%s", len(lines)-before, logs.String())
+			}
+			a := lines[before]
+			if a["action"] != "refuse" || a["status"] != float64(tt.status) || a["code"] != tt.code || a["subject"] != tt.subject ||
+				!strings.HasPrefix(fmt.Sprint(a["remoteAddr"]), "127.0.0.1:") || a["method"] != tt.method || a["message"] == "" {
+				t.Errorf("audit line %v; want refuse %d %s subject %q", a, tt.status, tt.code, tt.subject)
+			}
+			if p := fmt.Sprint(a["path"]); strings.Contains(p, "?") || strings.Contains(p, "s3cret") {
+				t.Errorf("the audit line's path %q carries the query", p)
+			}
+		})
+	}
+	if strings.Contains(logs.String(), "s3cret") {
+		t.Errorf("the query reached the log:\n%s", logs.String())
+	}
+	if calls, _ := agent.seen(); calls != 0 {
+		t.Errorf("%d refused requests reached the agent", calls)
 	}
 }

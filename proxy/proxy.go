@@ -397,6 +397,9 @@ func (p *Proxy) handleReadError(ctx *fasthttp.RequestCtx, err error) {
 	}
 	var small *fasthttp.ErrSmallBuffer
 	if errors.As(err, &small) || errors.Is(err, fasthttp.ErrSmallReadBuffer) {
+		// Nothing of the header was parsed: its method and path are
+		// fasthttp's defaults, not the client's.
+		ctx.SetUserValue(unreadKey{}, true)
 		p.fail(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, errHeadersTooLarge,
 			fmt.Sprintf("request line and headers are larger than the limit of %d bytes", maxHeaderBytes))
 		return
