@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aguard/aguard/internal/jwttest"
 )
@@ -20,13 +22,20 @@ import (
 // HTTP), --auth-issuer, --auth-audience and --admin-tokens: a run without a
 // token is refused 401 and audited, one with a token goes through with its
 // requester recorded; a viewer may list the call but not approve it, a
-// reviewer approves it in their own name.
+// reviewer approves it in their own name. Then the provider rotates its
+// key while aguard runs, and bad tokens of every kind are refused.
 func TestServeAuthenticatesConsumersAndReviewers(t *testing.T) {
 	bin := buildAguard(t)
 	key := jwttest.EC(t, "k1")
 	idp := jwttest.Serve(t, key)
+	var gets atomic.Int64 // requests other than runs that reached the agent
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if r.Method == http.MethodGet {
+			gets.Add(1)
+			io.WriteString(w, "agent info")
+			return
+		}
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, e := range []string{
 			`{"type":"RUN_STARTED","threadId":"t-id","runId":"run-1"}`,
@@ -89,9 +98,49 @@ decision := {"action": "require_approval", "reason": sprintf("%s asks to confirm
 	if code, body := do("POST", approve, "Bearer alice-secret", `{"approvedBy":"someone else"}`); code != 200 || !strings.Contains(body, `"approvedBy":"alice"`) {
 		t.Fatalf("the reviewer approves: %d %s", code, body)
 	}
-	audits := 0
-	for audits < 3 {
-		line, ok := <-a.stderrLines
+	// The provider rotates its key while aguard runs: the new key's first
+	// token is taken up at once (its key id fetches the set), the dropped
+	// key's tokens are refused; so are expired tokens, other issuers' and
+	// audiences', and a key of nobody's under the new key id.
+	rotated := jwttest.RSA(t, "k2")
+	idp.Publish(t, rotated)
+	info := "http://" + a.listen + "/agent/info"
+	if code, body := do("GET", info, "Bearer "+rotated.Sign(t, jwttest.Claims{Subject: "dave"}), ""); code != 200 || body != "agent info" {
+		t.Fatalf("a token of the rotated-in key: %d %s", code, body)
+	}
+	for name, tok := range map[string]string{
+		"the rotated-out key": token,
+		"expired":             rotated.Sign(t, jwttest.Claims{Expires: time.Now().Add(-time.Minute)}),
+		"another issuer":      rotated.Sign(t, jwttest.Claims{Issuer: "https://evil.example/"}),
+		"another audience":    rotated.Sign(t, jwttest.Claims{Audience: "billing"}),
+		"a key of nobody's":   jwttest.RSA(t, "k2").Sign(t, jwttest.Claims{}),
+	} {
+		req, _ := http.NewRequest("GET", info, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
+			t.Errorf("a token of %s: %d, WWW-Authenticate %q; want 401 invalid_token", name, resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+	if n := gets.Load(); n != 1 {
+		t.Errorf("%d requests reached the agent, want only the one with a valid token", n)
+	}
+
+	// An audit line for the run refused, the viewer's approve, the
+	// reviewer's, and the five tokens refused.
+	audits, deadline := 0, time.After(time.Minute)
+	for audits < 3+5 {
+		var line string
+		var ok bool
+		select {
+		case line, ok = <-a.stderrLines:
+		case <-deadline:
+			t.Fatalf("%d audit lines in a minute, want 8", audits)
+		}
 		if !ok {
 			t.Fatalf("the log ended after %d audit lines", audits)
 		}
