@@ -331,8 +331,10 @@ func TestEveryRefusedRequestIsAudited(t *testing.T) {
 		{"no identity", req("POST", "/agent?api_key=s3cret", "", runInput("t", "r")), 401, "unauthenticated", "", "POST"},
 		{"not a RunAgentInput", req("POST", "/agent?api_key=s3cret", "alice", `{"threadId":1}`), 400, "invalid_run_input", "alice", "POST"},
 		{"a dot-dot path", req("POST", "/a/%2e%2e/agent?api_key=s3cret", "alice", runInput("t", "r")), 400, "invalid_path", "alice", "POST"},
-		{"a body past --max-body", req("POST", "/agent?api_key=s3cret", "alice", strings.Repeat(" ", 2048)+runInput("t", "r")), 413, "too_large", "", "POST"},
-		{"headers past their limit", "POST /agent?api_key=s3cret HTTP/1.1\r\nHost: aguard\r\nX-Pad: " + strings.Repeat("x", 16<<10) + "\r\n\r\n", 431, "headers_too_large", "", ""}, // the request line went unread
+		// Refused on its Content-Length, before its body is read: none is
+		// sent, so that aguard closes a connection with nothing unread.
+		{"a body past --max-body", strings.TrimSuffix(req("POST", "/agent?api_key=s3cret", "alice", ""), "Content-Length: 0\r\n\r\n") + "Content-Length: 4096\r\n\r\n", 413, "too_large", "", "POST"},
+		{"headers past their limit", "POST /agent?api_key=s3cret HTTP/1.1\r\nHost: aguard\r\nX-Pad: " + strings.Repeat("x", maxHeaderBytes) + "\r\n\r\n", 431, "headers_too_large", "", ""}, // the request line went unread
 		{"a folded header", "POST /agent?api_key=s3cret HTTP/1.1\r\nHost: aguard\r\nX-User: alice\r\n bob\r\nContent-Length: 0\r\n\r\n", 400, "bad_request", "", "POST"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
