@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aguard/aguard/auth"
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/jwttest"
 )
 
@@ -69,15 +70,11 @@ func waitReady(t *testing.T, j *auth.JWT) {
 	waitUntil(t, "a key set is fetched", func() bool { ok, _ := j.Ready(); return ok })
 }
 
+// waitUntil is await.Within with room for a fetch that fails first (the
+// key set is retried every 10 s).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	await.Within(t, 20*time.Second, what, cond)
 }
 
 // TestTokensSignedByTheKeySetAuthenticate checks RS256 and ES256 tokens from

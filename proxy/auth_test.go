@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/auth"
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/jwttest"
 	"github.com/aguard/aguard/internal/syncbuf"
 	"github.com/aguard/aguard/policy"
@@ -149,7 +150,7 @@ func TestConsumersMustProveWhoTheyAre(t *testing.T) {
 		o.Auth, o.Policy, o.State = jwt, engine, store
 		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
-	waitFor(t, "the key set is fetched", 20*time.Second, func() bool { ok, _ := jwt.Ready(); return ok })
+	await.Within(t, 20*time.Second, "the key set is fetched", func() bool { ok, _ := jwt.Ready(); return ok })
 
 	foreign := jwttest.RSA(t, "rsa-1") // not the provider's, under its key id
 	for _, tt := range []struct {

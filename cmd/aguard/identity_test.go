@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/jwttest"
 )
 
@@ -63,7 +64,7 @@ decision := {"action": "require_approval", "reason": sprintf("%s asks to confirm
 `), 0o600)
 	a := startAguard(t, bin, "--upstream", agent.URL, "--policy", policyDir, "--admin-tokens", tokens,
 		"--auth-jwks", idp.URL, "--auth-issuer", jwttest.Issuer, "--auth-audience", jwttest.Audience)
-	waitUntil(t, "/readyz is ready", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 200 })
+	await.For(t, "/readyz is ready", func() bool { code, _ := get(t, "http://"+a.admin+"/readyz"); return code == 200 })
 
 	do := func(method, url, authz, body string) (int, string) {
 		t.Helper()
