@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 )
@@ -73,7 +74,7 @@ func TestLifecycleReported(t *testing.T) {
 		`{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"s1","content":[{"type":"text","text":"x"}]}`,
 		`{"type":"RUN_FINISHED","threadId":"t1","runId":"run-9","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"confirmation","expiresAt":"2026-12-01T00:00:00Z"}]}}`,
 	} {
-		s.Feed([]byte(e), &b)
+		s.Feed(context.Background(), []byte(e), &b)
 		for _, c := range b.Calls {
 			k := string(c.Kind) + ":" + c.ID
 			switch c.Kind {
@@ -97,7 +98,7 @@ func TestLifecycleReported(t *testing.T) {
 		len(run.Interrupts) != 1 || run.Interrupts[0] != (Interrupt{"i1", "2026-12-01T00:00:00Z"}) {
 		t.Fatalf("run = %+v", run)
 	}
-	s.Feed([]byte(`{"type":"RUN_ERROR","code":"late","message":"x"}`), &b)
+	s.Feed(context.Background(), []byte(`{"type":"RUN_ERROR","code":"late","message":"x"}`), &b)
 	if b.Run.Kind != "error" || b.Run.Code != "late" || b.Run.RunID != "run-9" {
 		t.Fatalf("run error = %+v", b.Run)
 	}

@@ -9,6 +9,8 @@
 // SSE parser (see package sse) and not an HTTP client.
 package agui
 
+import "context"
+
 // RUN_ERROR codes aguard emits. They are part of aguard's public contract.
 const (
 	CodeProtocolViolation = "AGUARD_PROTOCOL_VIOLATION"
@@ -211,8 +213,14 @@ type Verdict struct {
 // AGUARD_POLICY_DENIED after it, for an agent-side call at its end); a
 // hidden call is decided like any other, but nothing of it reaches the
 // consumer (a denial ends the run with a RUN_ERROR that does not name it).
+//
+// ctx is the one given to Stream.Feed: the consumer's stream's, cancelled
+// when the stream is abandoned (the consumer left, aguard shuts down). A
+// Decider that cannot decide — ctx cancelled or past its deadline among
+// other reasons — answers ActionDeny (ActionHold at PhaseToolCallStart):
+// fail closed, as OPA's Eval(ctx) is cancelled with its context.
 type Decider interface {
-	Decide(c *Call) Verdict
+	Decide(ctx context.Context, c *Call) Verdict
 }
 
 // CallEventKind says what happened to a tool call.

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,14 +12,14 @@ import (
 func BenchmarkFeedTextContent(b *testing.B) {
 	s := NewStream(nil, Options{})
 	var batch Batch
-	s.Feed([]byte(runStarted), &batch)
-	s.Feed([]byte(`{"type":"TEXT_MESSAGE_START","messageId":"msg-1","role":"assistant"}`), &batch)
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	s.Feed(context.Background(), []byte(`{"type":"TEXT_MESSAGE_START","messageId":"msg-1","role":"assistant"}`), &batch)
 	ev := []byte(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"msg-1","delta":"The quick brown fox jumps over the lazy dog."}`)
 	b.SetBytes(int64(len(ev)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		s.Feed(ev, &batch)
+		s.Feed(context.Background(), ev, &batch)
 	}
 	if len(batch.Out) != 1 || len(batch.Notes) != 0 {
 		b.Fatalf("batch = %+v", batch)
@@ -30,7 +31,7 @@ func BenchmarkFeedTextContent(b *testing.B) {
 func BenchmarkFeedToolCall(b *testing.B) {
 	s := NewStream(nil, Options{})
 	var batch Batch
-	s.Feed([]byte(runStarted), &batch)
+	s.Feed(context.Background(), []byte(runStarted), &batch)
 	start := []byte(`{"type":"TOOL_CALL_START","toolCallId":"call-1","toolCallName":"search","parentMessageId":"msg-1"}`)
 	args := []byte(`{"type":"TOOL_CALL_ARGS","toolCallId":"call-1","delta":"` + strings.Repeat(`x`, 64) + `"}`)
 	end := []byte(`{"type":"TOOL_CALL_END","toolCallId":"call-1"}`)
@@ -38,12 +39,12 @@ func BenchmarkFeedToolCall(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		s.Feed(start, &batch)
+		s.Feed(context.Background(), start, &batch)
 		for range 16 {
-			s.Feed(args, &batch)
+			s.Feed(context.Background(), args, &batch)
 		}
-		s.Feed(end, &batch)
-		s.Feed(res, &batch)
+		s.Feed(context.Background(), end, &batch)
+		s.Feed(context.Background(), res, &batch)
 		if batch.Done {
 			b.Fatal("stream ended")
 		}
@@ -75,9 +76,9 @@ func BenchmarkRunFinishedRewrite(b *testing.B) {
 			b.StartTimer()
 		}
 		for _, e := range evs {
-			s.Feed(e, &batch)
+			s.Feed(context.Background(), e, &batch)
 		}
-		s.Feed(fin, &batch)
+		s.Feed(context.Background(), fin, &batch)
 		if len(batch.Out) != 1 || len(batch.Notes) != 1 {
 			b.Fatalf("batch = %+v", batch)
 		}
@@ -104,19 +105,19 @@ func BenchmarkFeedHeldToolCall(b *testing.B) {
 	}
 	s := NewStream(nil, Options{Decider: &phaseHold{start: ActionHold}})
 	var batch Batch
-	s.Feed([]byte(runStarted), &batch)
+	s.Feed(context.Background(), []byte(runStarted), &batch)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
 		for _, e := range groups[i%perRun] {
-			s.Feed(e, &batch)
+			s.Feed(context.Background(), e, &batch)
 		}
 		if batch.Done || len(batch.Out) != 19 {
 			b.Fatalf("batch = %d events, done %v", len(batch.Out), batch.Done)
 		}
 		if i%perRun == perRun-1 {
-			s.Feed([]byte(runFinished), &batch)
-			s.Feed([]byte(runStarted), &batch)
+			s.Feed(context.Background(), []byte(runFinished), &batch)
+			s.Feed(context.Background(), []byte(runStarted), &batch)
 			s.opts.Decider.(*phaseHold).phases = nil
 		}
 	}

@@ -53,7 +53,7 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 		return // denied while held (past --max-held): nothing left to decide
 	}
 	frontend := s.in.isFrontendName(c.name)
-	v := s.opts.Decider.Decide(&Call{
+	v := s.opts.Decider.Decide(s.ctx, &Call{
 		Phase: phase, ID: c.id, Name: c.name,
 		Arguments: c.args, ArgumentsTruncated: c.argsCut,
 		ParentMessageID: c.parent, SubagentRunID: c.own.id,

@@ -1,6 +1,8 @@
 package agui
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -17,7 +19,7 @@ type byName struct {
 	started  []Call
 }
 
-func (d *byName) Decide(c *Call) Verdict {
+func (d *byName) Decide(_ context.Context, c *Call) Verdict {
 	cc := *c
 	cc.Arguments = append([]byte(nil), c.Arguments...)
 	if c.Phase == PhaseToolCallStart {
@@ -148,7 +150,7 @@ type phaseDecider struct {
 	phases []string
 }
 
-func (d *phaseDecider) Decide(c *Call) Verdict {
+func (d *phaseDecider) Decide(_ context.Context, c *Call) Verdict {
 	if c.Phase == PhaseToolCallStart {
 		return Verdict{Action: ActionStream}
 	}
@@ -227,7 +229,7 @@ func TestHostileReasonIsEscaped(t *testing.T) {
 
 type hostile struct{}
 
-func (hostile) Decide(c *Call) Verdict {
+func (hostile) Decide(_ context.Context, c *Call) Verdict {
 	if c.Phase == PhaseToolCallStart {
 		return Verdict{Action: ActionStream}
 	}
@@ -240,4 +242,41 @@ func toBytes(out []string) [][]byte {
 		b[i] = []byte(s)
 	}
 	return b
+}
+
+// ctxDecider records, for each call it is asked about, the value its
+// context carries under ctxKey{}.
+type ctxDecider struct{ seen []string }
+
+type ctxKey struct{}
+
+func (d *ctxDecider) Decide(ctx context.Context, c *Call) Verdict {
+	v, _ := ctx.Value(ctxKey{}).(string)
+	d.seen = append(d.seen, c.Phase+":"+v)
+	if c.Phase == PhaseToolCallStart {
+		return Verdict{Action: ActionStream}
+	}
+	return Verdict{Action: ActionAllow}
+}
+
+// TestDeciderGetsTheContextFeedWasGiven pins that the Stream hands the
+// Decider, at every phase, the context of the Feed that asks: the proxy's
+// per-stream context, which carries the trace and is cancelled when the
+// stream is abandoned.
+func TestDeciderGetsTheContextFeedWasGiven(t *testing.T) {
+	d := &ctxDecider{}
+	s := NewStream(mustInput(t, inputJSON), Options{Decider: d})
+	var b Batch
+	for i, e := range []string{
+		runStarted,
+		`{"type":"TOOL_CALL_START","toolCallId":"x1","toolCallName":"unadvertised"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"x1"}`,
+		runFinished,
+	} {
+		s.Feed(context.WithValue(context.Background(), ctxKey{}, fmt.Sprint("feed-", i)), []byte(e), &b)
+	}
+	want := "tool_call_start:feed-1,tool_call_end:feed-2,run_finished:feed-3"
+	if got := strings.Join(d.seen, ","); got != want {
+		t.Fatalf("the Decider saw %s, want %s", got, want)
+	}
 }

@@ -1,6 +1,7 @@
 package agui_test
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/aguard/aguard/agui"
@@ -26,7 +27,7 @@ func ExampleStream() {
 		`{"type":"TOOL_CALL_RESULT","messageId":"tm1","toolCallId":"c1","content":"Forwarded to client"}`,
 		`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1"}`,
 	} {
-		s.Feed([]byte(ev), &b)
+		s.Feed(context.Background(), []byte(ev), &b)
 		for _, out := range b.Out {
 			fmt.Printf("data: %s\n", out.JSON)
 		}

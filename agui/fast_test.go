@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"encoding/binary"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func TestFastPathForwardsOpenMessageContent(t *testing.T) {
 				s := NewStream(nil, Options{Monitor: monitor})
 				var b Batch
 				for _, e := range tc.before {
-					s.Feed([]byte(e), &b)
+					s.Feed(context.Background(), []byte(e), &b)
 				}
 				b.Reset()
 				if got := s.feedTextContent([]byte(content), &b); got != tc.fast {

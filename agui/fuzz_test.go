@@ -2,6 +2,7 @@ package agui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -121,7 +122,7 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 		}
 	}
 	for _, e := range events {
-		s.Feed(e, &b)
+		s.Feed(context.Background(), e, &b)
 		collect()
 		if b.Done {
 			break
@@ -155,7 +156,7 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 // fuzzDecider gives every verdict, chosen by the call id, in both phases.
 type fuzzDecider struct{}
 
-func (fuzzDecider) Decide(c *Call) Verdict {
+func (fuzzDecider) Decide(_ context.Context, c *Call) Verdict {
 	if c.Phase == PhaseToolCallStart {
 		return Verdict{Action: ActionStream}
 	}
@@ -217,7 +218,7 @@ func FuzzStream(f *testing.F) {
 		s := NewStream(in, Options{Monitor: true})
 		var b Batch
 		for _, e := range generate(data) {
-			s.Feed(e, &b)
+			s.Feed(context.Background(), e, &b)
 			if b.Done {
 				t.Fatal("monitor mode ended the stream")
 			}
@@ -291,8 +292,8 @@ func sameAsSlowPath(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	fast.hollowAbove, slow.hollowAbove = 0, math.MaxInt
 	var fb, sb Batch
 	for i, e := range events {
-		fast.Feed(e, &fb)
-		slow.Feed(e, &sb)
+		fast.Feed(context.Background(), e, &fb)
+		slow.Feed(context.Background(), e, &sb)
 		if d := batchDiff(&fb, &sb); d != "" {
 			t.Fatalf("event %d %q: fast path differs: %s\nevents:\n%s", i, e, d, bytes.Join(events, []byte("\n")))
 		}

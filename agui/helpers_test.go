@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -84,7 +85,7 @@ func feed(t testing.TB, in *RunInput, opts Options, end bool, events ...string) 
 		}
 	}
 	for _, e := range events {
-		s.Feed([]byte(e), &b)
+		s.Feed(context.Background(), []byte(e), &b)
 		collect()
 	}
 	if end {

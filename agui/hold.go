@@ -133,7 +133,7 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 		return Verdict{}
 	}
 	frontend := s.in.isFrontendName(c.name)
-	v := s.opts.Decider.Decide(&Call{Phase: PhaseToolCallStart, ID: c.id, Name: c.name,
+	v := s.opts.Decider.Decide(s.ctx, &Call{Phase: PhaseToolCallStart, ID: c.id, Name: c.name,
 		ParentMessageID: c.parent, SubagentRunID: c.own.id, Frontend: frontend})
 	applied := visHold
 	switch v.Action {

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,7 +43,7 @@ func stepwise(t *testing.T, in *RunInput, opts Options, events ...string) ([][]s
 		r.done = r.done || b.Done
 	}
 	for _, e := range events {
-		s.Feed([]byte(e), &b)
+		s.Feed(context.Background(), []byte(e), &b)
 		collect()
 	}
 	s.End(nil, &b)
@@ -207,7 +208,7 @@ type phaseHold struct {
 	phases             []string
 }
 
-func (d *phaseHold) Decide(c *Call) Verdict {
+func (d *phaseHold) Decide(_ context.Context, c *Call) Verdict {
 	d.phases = append(d.phases, c.Phase)
 	switch {
 	case c.Phase == PhaseToolCallStart:
@@ -484,7 +485,7 @@ type runStart struct {
 	n      int
 }
 
-func (d *runStart) Decide(c *Call) Verdict {
+func (d *runStart) Decide(_ context.Context, c *Call) Verdict {
 	if c.Phase != PhaseToolCallStart {
 		return Verdict{Action: ActionAllow}
 	}

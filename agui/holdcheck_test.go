@@ -2,6 +2,7 @@ package agui
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"hash/fnv"
 	"slices"
@@ -53,7 +54,7 @@ func (d *holdDecider) pick(c *Call, n uint32) uint32 {
 	return h.Sum32() % n
 }
 
-func (d *holdDecider) Decide(c *Call) Verdict {
+func (d *holdDecider) Decide(_ context.Context, c *Call) Verdict {
 	k := holdKey{d.run, c.ID}
 	if c.Phase == PhaseToolCallStart {
 		action := []string{ActionStream, ActionHold, ActionHide, "bogus"}[d.pick(c, 4)]
@@ -267,7 +268,7 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 				expect = append(expect, in.Input.Messages.calls())
 			}
 		}
-		s.Feed(e, &b)
+		s.Feed(context.Background(), e, &b)
 		for _, c := range b.Calls {
 			if c.Kind == CallDecided && strings.HasPrefix(c.Verdict.DecisionID, "max-held-") {
 				if rec := d.log[holdKey{d.run, c.ID}]; rec != nil {

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"math"
 	"strings"
 	"testing"
@@ -40,8 +41,8 @@ func TestHollowCopyChangesNoOutcome(t *testing.T) {
 		hollow.hollowAbove, whole.hollowAbove = 0, math.MaxInt
 		var hb, wb Batch
 		for i, e := range events {
-			hollow.Feed([]byte(e), &hb)
-			whole.Feed([]byte(e), &wb)
+			hollow.Feed(context.Background(), []byte(e), &hb)
+			whole.Feed(context.Background(), []byte(e), &wb)
 			if d := batchDiff(&hb, &wb); d != "" {
 				t.Fatalf("monitor=%v, event %d %s: the hollow copy changed the outcome: %s", monitor, i, e, d)
 			}

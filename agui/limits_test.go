@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,9 +14,9 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 	t.Run("tool calls per run", func(t *testing.T) {
 		s := NewStream(nil, Options{})
 		var b Batch
-		s.Feed([]byte(runStarted), &b)
+		s.Feed(context.Background(), []byte(runStarted), &b)
 		for i := 0; i <= maxEntitiesPerRun && !b.Done; i++ {
-			s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":"c%d","toolCallName":"x"}`, i), &b)
+			s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":"c%d","toolCallName":"x"}`, i), &b)
 		}
 		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
 			t.Fatalf("not ended by the limit: %q", b.Out)
@@ -26,16 +27,16 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		var b Batch
 		n := 0
 		for run := 0; !b.Done && run < 4; run++ {
-			s.Feed([]byte(runStarted), &b)
+			s.Feed(context.Background(), []byte(runStarted), &b)
 			for i := 0; i < 60_000 && !b.Done; i++ {
-				s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":"c%d","toolCallName":"x"}`, n), &b)
+				s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":"c%d","toolCallName":"x"}`, n), &b)
 				if !b.Done {
-					s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":"c%d"}`, n), &b)
+					s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":"c%d"}`, n), &b)
 				}
 				n++
 			}
 			if !b.Done {
-				s.Feed([]byte(runFinished), &b)
+				s.Feed(context.Background(), []byte(runFinished), &b)
 			}
 		}
 		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) || n > maxKnownCalls+1 {
@@ -48,12 +49,12 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		id := strings.Repeat("i", 64<<10)
 		n := 0
 		for ; n < 200 && !b.Done; n++ {
-			s.Feed([]byte(runStarted), &b)
+			s.Feed(context.Background(), []byte(runStarted), &b)
 			if !b.Done {
-				s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_CHUNK","toolCallId":"%s%d","toolCallName":"x"}`, id, n), &b)
+				s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_CHUNK","toolCallId":"%s%d","toolCallName":"x"}`, id, n), &b)
 			}
 			if !b.Done {
-				s.Feed([]byte(runFinished), &b)
+				s.Feed(context.Background(), []byte(runFinished), &b)
 			}
 		}
 		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) || n > maxKnownBytes/(64<<10)+2 {
@@ -64,9 +65,9 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		s := NewStream(nil, Options{})
 		var b Batch
 		for i := 0; i <= maxRunsPerStream && !b.Done; i++ {
-			s.Feed([]byte(runStarted), &b)
+			s.Feed(context.Background(), []byte(runStarted), &b)
 			if !b.Done {
-				s.Feed([]byte(runFinished), &b)
+				s.Feed(context.Background(), []byte(runFinished), &b)
 			}
 		}
 		if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
@@ -82,16 +83,16 @@ func TestArgumentMemoryIsBounded(t *testing.T) {
 	d := &byName{verdicts: map[string]string{}}
 	s := NewStream(nil, Options{Decider: d})
 	var b Batch
-	s.Feed([]byte(runStarted), &b)
+	s.Feed(context.Background(), []byte(runStarted), &b)
 	chunk := strings.Repeat("x", 256<<10)
 	for i := range 20 { // 20 calls of 1 MiB: the run budget runs out at the 17th
 		id := fmt.Sprintf("c%d", i)
-		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":%q,"toolCallName":"t"}`, id), &b)
+		s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_START","toolCallId":%q,"toolCallName":"t"}`, id), &b)
 		for range 4 {
-			s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":%q}`, id, chunk), &b)
+			s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":%q}`, id, chunk), &b)
 		}
-		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":"y"}`, id), &b)
-		s.Feed(fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":%q}`, id), &b)
+		s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_ARGS","toolCallId":%q,"delta":"y"}`, id), &b)
+		s.Feed(context.Background(), fmt.Appendf(nil, `{"type":"TOOL_CALL_END","toolCallId":%q}`, id), &b)
 	}
 	if len(d.asked) != 20 {
 		t.Fatalf("asked %d times", len(d.asked))

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"testing"
 )
 
@@ -16,7 +17,7 @@ func TestPassThroughByteIdentical(t *testing.T) {
 		`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"h\u00e9llo \"x\""}`,
 	} {
 		data := []byte(ev)
-		s.Feed(data, &b)
+		s.Feed(context.Background(), data, &b)
 		if len(b.Out) != 1 || string(b.Out[0].JSON) != ev {
 			t.Fatalf("Feed(%s) = %+v", ev, b.Out)
 		}
@@ -40,7 +41,7 @@ func TestCompaction(t *testing.T) {
 	for _, tt := range tests {
 		s := NewStream(nil, Options{Monitor: true}) // monitor: no sequence noise
 		var b Batch
-		s.Feed([]byte(tt.in), &b)
+		s.Feed(context.Background(), []byte(tt.in), &b)
 		if len(b.Out) != 1 || string(b.Out[0].JSON) != tt.want {
 			t.Fatalf("Feed(%q) = %q, want %s", tt.in, b.Out, tt.want)
 		}

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -110,11 +111,11 @@ func TestSeveralRuns(t *testing.T) {
 func TestDoneAfterFatal(t *testing.T) {
 	s := NewStream(nil, Options{})
 	var b Batch
-	s.Feed([]byte(`{"type":"TEXT_MESSAGE_START","messageId":"m"}`), &b)
+	s.Feed(context.Background(), []byte(`{"type":"TEXT_MESSAGE_START","messageId":"m"}`), &b)
 	if !b.Done || len(b.Out) != 1 {
 		t.Fatalf("first batch: %+v", b)
 	}
-	s.Feed([]byte(runStarted), &b)
+	s.Feed(context.Background(), []byte(runStarted), &b)
 	if !b.Done || len(b.Out) != 0 || len(b.Notes) != 0 {
 		t.Fatalf("Feed after end: %+v", b)
 	}

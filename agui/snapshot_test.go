@@ -2,6 +2,7 @@ package agui
 
 import (
 	"bytes"
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -254,7 +255,7 @@ func TestSnapshotCallDeclinedAtRunFinished(t *testing.T) {
 
 type unadvertisedDenier struct{}
 
-func (unadvertisedDenier) Decide(c *Call) Verdict {
+func (unadvertisedDenier) Decide(_ context.Context, c *Call) Verdict {
 	if c.Phase == PhaseToolCallStart {
 		return Verdict{Action: ActionStream}
 	}

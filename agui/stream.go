@@ -1,6 +1,8 @@
 package agui
 
 import (
+	"context"
+
 	"github.com/aguard/aguard/internal/jsonedit"
 	"github.com/valyala/fastjson"
 )
@@ -78,6 +80,10 @@ type Stream struct {
 	// hold is what the consumer must not see yet, or ever (hold.go). Its
 	// first field is read, with slow, for every event the fast path takes.
 	hold holdState
+
+	// ctx is the context Feed was given, handed to the Decider; nil
+	// outside Feed. The Stream never waits on it itself.
+	ctx context.Context
 }
 
 // Per-stream bounds: whatever an agent sends, a stream's memory stays
@@ -117,7 +123,17 @@ func NewStream(in *RunInput, opts Options) *Stream {
 // original bytes when they arrived compact (b.Out[i].JSON then aliases data),
 // compacted otherwise. After the stream has ended, Feed returns an empty batch
 // with Done set.
-func (s *Stream) Feed(data []byte, b *Batch) {
+//
+// ctx is the consumer's stream's context: the Stream hands it to the Decider
+// with every call it puts to it (a Decider asked under a cancelled context
+// denies: see Decider), and does nothing else with it.
+func (s *Stream) Feed(ctx context.Context, data []byte, b *Batch) {
+	s.ctx = ctx
+	s.feed(data, b)
+	s.ctx = nil
+}
+
+func (s *Stream) feed(data []byte, b *Batch) {
 	b.Reset()
 	if s.done {
 		b.Done = true

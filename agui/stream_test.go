@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestEndOnTruncation(t *testing.T) {
 			s := NewStream(nil, Options{})
 			var b Batch
 			for _, e := range tt.events {
-				s.Feed([]byte(e), &b)
+				s.Feed(context.Background(), []byte(e), &b)
 			}
 			s.End(tt.err, &b)
 			if !b.Done {
@@ -63,7 +64,7 @@ func TestAbort(t *testing.T) {
 			s := NewStream(nil, Options{})
 			var b Batch
 			for _, e := range tt.events {
-				s.Feed([]byte(e), &b)
+				s.Feed(context.Background(), []byte(e), &b)
 			}
 			s.Abort(CodeLimitExceeded, `event over "16MiB"`, &b)
 			if !b.Done {
@@ -118,7 +119,7 @@ func TestMonitorMode(t *testing.T) {
 	}
 	s := NewStream(in, Options{Monitor: true})
 	var b Batch
-	s.Feed([]byte(runStarted), &b)
+	s.Feed(context.Background(), []byte(runStarted), &b)
 	s.End(nil, &b)
 	if len(b.Out) != 1 || !strings.Contains(string(b.Out[0].JSON), CodeUpstreamLost) {
 		t.Fatalf("End in monitor mode = %q", b.Out)

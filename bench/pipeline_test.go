@@ -47,7 +47,7 @@ func newPipeline(tb testing.TB, engine *policy.Engine, input string) *proxy.Pipe
 		`{"type":"RUN_STARTED","threadId":"t-1","runId":"r-1"}`,
 		`{"type":"TEXT_MESSAGE_START","messageId":"m-1","role":"assistant"}`,
 	} {
-		if out := p.Feed([]byte(ev)); out.Done || len(out.Notes) != 0 {
+		if out := p.Feed(context.Background(), []byte(ev)); out.Done || len(out.Notes) != 0 {
 			tb.Fatalf("setup event %s: %+v", ev, out)
 		}
 	}
@@ -72,7 +72,7 @@ func BenchmarkPipelineTextContent(b *testing.B) {
 	b.SetBytes(int64(len(ev)))
 	b.ReportAllocs()
 	for b.Loop() {
-		out := p.Feed(ev)
+		out := p.Feed(context.Background(), ev)
 		if len(out.Events) != 1 || out.Done {
 			b.Fatalf("output %+v", out)
 		}
@@ -114,13 +114,13 @@ func BenchmarkPipelineToolCall(b *testing.B) {
 					b.StartTimer()
 				}
 				id := "c-" + strconv.Itoa(i)
-				p.Feed(event(`{"type":"TOOL_CALL_START","toolCallId":"`, id, `","toolCallName":"render","parentMessageId":"m-1"}`))
+				p.Feed(context.Background(), event(`{"type":"TOOL_CALL_START","toolCallId":"`, id, `","toolCallName":"render","parentMessageId":"m-1"}`))
 				for _, c := range chunks {
 					buf = append(append(append(append(buf[:0], `{"type":"TOOL_CALL_ARGS","toolCallId":"`...), id...), `","delta":`...), c...)
 					buf = append(buf, '}')
-					p.Feed(buf)
+					p.Feed(context.Background(), buf)
 				}
-				out := p.Feed(event(`{"type":"TOOL_CALL_END","toolCallId":"`, id, `"}`))
+				out := p.Feed(context.Background(), event(`{"type":"TOOL_CALL_END","toolCallId":"`, id, `"}`))
 				if len(out.Events) != 1 || out.Done || len(out.Notes) != 0 {
 					b.Fatalf("TOOL_CALL_END: %+v", out)
 				}
@@ -140,7 +140,7 @@ func BenchmarkPipelineLegacyResult(b *testing.B) {
 		`{"type":"TOOL_CALL_ARGS","toolCallId":"c-1","delta":"{\"q\":\"weather\"}"}`,
 		`{"type":"TOOL_CALL_END","toolCallId":"c-1"}`,
 	} {
-		if out := p.Feed([]byte(ev)); out.Done || len(out.Notes) != 0 {
+		if out := p.Feed(context.Background(), []byte(ev)); out.Done || len(out.Notes) != 0 {
 			b.Fatalf("setup event %s: %+v", ev, out)
 		}
 	}
@@ -149,13 +149,13 @@ func BenchmarkPipelineLegacyResult(b *testing.B) {
 	want := []byte(`"content":"Sunny, 21 degrees in Lisbon; light wind from the north."`)
 	// The default policy holds the agent's call to its own tool until its
 	// result: the first result releases the call with it.
-	if out := p.Feed(ev); len(out.Events) != 4 || out.Done {
+	if out := p.Feed(context.Background(), ev); len(out.Events) != 4 || out.Done {
 		b.Fatalf("first result: %+v", out)
 	}
 	b.SetBytes(int64(len(ev)))
 	b.ReportAllocs()
 	for b.Loop() {
-		out := p.Feed(ev)
+		out := p.Feed(context.Background(), ev)
 		if len(out.Events) != 1 || out.Done || !bytes.Contains(out.Events[0].JSON, want) {
 			b.Fatalf("output %+v", out)
 		}

@@ -312,6 +312,9 @@ func (e *Engine) evaluate(ctx context.Context, in *Input, rec *evalRecord) Decis
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	rs, err := eval(ctx, &p.query, v, txn)
 	ctxErr := ctx.Err()
+	if cause := context.Cause(ctx); ctxErr != nil && cause != ctxErr {
+		ctxErr = fmt.Errorf("%w: %w", ctxErr, cause) // why the caller cancelled
+	}
 	cancel()
 	if err != nil {
 		switch {

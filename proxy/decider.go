@@ -68,8 +68,10 @@ func requestInfo(path []byte, hdr *fasthttp.RequestHeader, remote net.Addr) poli
 	return policy.RequestInfo{Path: string(path), Headers: h, RemoteAddr: remote.String()}
 }
 
-// Decide implements agui.Decider.
-func (d *decider) Decide(c *agui.Call) agui.Verdict {
+// Decide implements agui.Decider. The policy evaluates under ctx: a
+// cancelled ctx denies (holds, at tool_call_start), as policy.Engine.Decide
+// does whenever it cannot decide.
+func (d *decider) Decide(ctx context.Context, c *agui.Call) agui.Verdict {
 	tool, advertised := d.in.Tool(c.Name)
 	in := policy.Input{
 		Phase: c.Phase,
@@ -87,7 +89,7 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 	if c.Phase == agui.PhaseToolCallStart {
 		// No arguments yet: the policy says how the consumer sees the call
 		// (stream, hold or hide; hold when it cannot say).
-		dec := d.engine.Decide(context.Background(), &in)
+		dec := d.engine.Decide(ctx, &in)
 		return agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID, PolicyRevision: dec.Revision}
 	}
 	switch {
@@ -113,7 +115,7 @@ func (d *decider) Decide(c *agui.Call) agui.Verdict {
 		msg := "the arguments are not valid JSON"
 		in.Call.ArgumentsError = &msg
 	}
-	dec := d.engine.Decide(context.Background(), &in)
+	dec := d.engine.Decide(ctx, &in)
 	v := agui.Verdict{Action: dec.Action, Reason: dec.Reason, DecisionID: dec.DecisionID, PolicyRevision: dec.Revision}
 	if dec.Action == policy.ActionRequireApproval {
 		timeout := dec.ApprovalTimeout

@@ -26,7 +26,7 @@ func TestDeciderAsksHowACallIsShown(t *testing.T) {
 	}
 	d := NewDecider(engine, in, "default", req, nil, time.Minute)
 	for name, want := range map[string]string{"search": agui.ActionHold, "confirm_order": agui.ActionStream} {
-		v := d.Decide(&agui.Call{Phase: agui.PhaseToolCallStart, ID: "c-" + name, Name: name, Frontend: name == "confirm_order"})
+		v := d.Decide(context.Background(), &agui.Call{Phase: agui.PhaseToolCallStart, ID: "c-" + name, Name: name, Frontend: name == "confirm_order"})
 		if v.Action != want || len(v.DecisionID) != 32 {
 			t.Errorf("%s: verdict %+v, want %s with a decision id", name, v, want)
 		}
@@ -39,7 +39,7 @@ func TestDeciderAsksHowACallIsShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	d = NewDecider(broken, in, "default", req, nil, time.Minute)
-	if v := d.Decide(&agui.Call{Phase: agui.PhaseToolCallStart, ID: "c1", Name: "search"}); v.Action != agui.ActionHold {
+	if v := d.Decide(context.Background(), &agui.Call{Phase: agui.PhaseToolCallStart, ID: "c1", Name: "search"}); v.Action != agui.ActionHold {
 		t.Errorf("a policy that fails at tool_call_start: verdict %+v, want hold", v)
 	}
 }

@@ -291,8 +291,8 @@ type holdGate struct {
 }
 
 // Decide implements agui.Decider.
-func (g holdGate) Decide(c *agui.Call) agui.Verdict {
-	v := g.Decider.Decide(c)
+func (g holdGate) Decide(ctx context.Context, c *agui.Call) agui.Verdict {
+	v := g.Decider.Decide(ctx, c)
 	if v.Action != agui.ActionRequireApproval || !c.Frontend {
 		return v
 	}

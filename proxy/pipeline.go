@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/downgrade"
 )
@@ -43,9 +45,10 @@ func NewPipeline(in *agui.RunInput, opts agui.Options) *Pipeline {
 	return p
 }
 
-// Feed runs the JSON text of one upstream event through the pipeline.
-func (p *Pipeline) Feed(data []byte) *Output {
-	p.st.Feed(data, &p.b)
+// Feed runs the JSON text of one upstream event through the pipeline. ctx
+// is the stream's: the policy decides under it (agui.Stream.Feed).
+func (p *Pipeline) Feed(ctx context.Context, data []byte) *Output {
+	p.st.Feed(ctx, data, &p.b)
 	return p.finish()
 }
 

@@ -423,11 +423,20 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, status int, code, message string)
 // RunAgentInput, and a 2xx text/event-stream answer is streamed through the
 // checks. Anything else (other methods, error answers, other content) passes
 // through unchanged.
+//
+// rctx is the request's context, then its stream's (as net/http gives each
+// request one): the ledger, the agent's request and the policy run under it.
+// It is cancelled when the consumer leaves, when the drain timeout runs out
+// and on Close, with the cause (errConsumerGone, errShutdown).
 func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	p.enter()
+	rctx, cancel := context.WithCancelCause(context.Background())
+	p.trackCall(&cancel, true)
+	defer p.trackCall(&cancel, false)
 	streaming := false
 	defer func() {
 		if !streaming {
+			cancel(nil)
 			p.leave()
 		}
 	}()
@@ -474,7 +483,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	var answers map[string]agui.Answer
 	if run && p.opt.State != nil {
 		var refusal *threadRefusal
-		refusal, answers = p.checkThread(ctx, in)
+		refusal, answers = p.checkThread(rctx, in)
 		if refusal != nil {
 			writeErrorIDs(ctx, refusal.status, refusal.code, refusal.message, refusal.key, refusal.ids)
 			p.m.requests.WithLabelValues(strconv.Itoa(refusal.status)).Inc()
@@ -494,7 +503,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		// What the policy reads of the request is what the agent gets.
 		info = requestInfo(path, &req.Header, ctx.RemoteAddr())
 	}
-	ans, err := p.call(ctx, up, req)
+	ans, err := p.call(rctx, cancel, ctx.Conn(), up, req)
 	if err != nil {
 		switch {
 		case errors.Is(err, errConsumerGone):
@@ -523,7 +532,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	streaming = true
-	p.startStream(ctx, ans, in, up, info, id)
+	p.startStream(ctx, request{ctx: rctx, cancel: cancel}, ans, in, up, info, id)
 }
 
 // forwarded builds in req the request the agent gets: the consumer's, to
@@ -572,17 +581,14 @@ func (p *Proxy) forwarded(ctx *fasthttp.RequestCtx, req *fasthttp.Request, up *u
 }
 
 // call sends req to up and returns the answer, its body left to read. It is
-// abandoned, with errConsumerGone, as soon as the consumer of ctx leaves,
-// with errShutdown when the drain timeout runs out or the proxy closes, and
-// with a deadline error after --upstream-timeout.
-func (p *Proxy) call(ctx *fasthttp.RequestCtx, up *upstream, req *fasthttp.Request) (*reply, error) {
-	cctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	cctx, cancelTimeout := context.WithTimeout(cctx, p.opt.UpstreamTimeout)
+// abandoned with ctx (cancel is its request's): with errConsumerGone as soon
+// as the consumer on conn leaves, with errShutdown when the drain timeout
+// runs out or the proxy closes, and with a deadline error after
+// --upstream-timeout.
+func (p *Proxy) call(ctx context.Context, cancel context.CancelCauseFunc, conn net.Conn, up *upstream, req *fasthttp.Request) (*reply, error) {
+	cctx, cancelTimeout := context.WithTimeout(ctx, p.opt.UpstreamTimeout)
 	defer cancelTimeout()
-	p.trackCall(&cancel, true)
-	defer p.trackCall(&cancel, false)
-	stop := p.watchRequest(ctx.Conn(), cancel)
+	stop := p.watchRequest(conn, cancel)
 	defer stop()
 	ans, err := up.do(cctx, req)
 	if err != nil && cctx.Err() != nil {

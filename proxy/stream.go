@@ -46,14 +46,22 @@ func (e idleError) Error() string {
 // ends, an HTTP/1.1 consumer's connection is kept for its next request
 // (serveNext) unless it asked for Connection: close.
 type stream struct {
-	p     *Proxy
-	ans   *reply
-	pipe  *Pipeline
-	led   *ledger // nil without a state store
-	log   *slog.Logger
-	start time.Time
-	head  []byte // the response head, written first
-	chunk bool   // HTTP/1.1: chunked framing; HTTP/1.0: the body runs to close
+	p *Proxy
+	// ctx is the request's context (Proxy.handle), cancelled (cancel) with
+	// the cause when the stream is interrupted, and when it is over. The
+	// policy decides under it; the ledger records under recordCtx, its
+	// values without its cancellation: what happened is recorded however
+	// the stream ended (each write has its own bound).
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	recordCtx context.Context
+	ans       *reply
+	pipe      *Pipeline
+	led       *ledger // nil without a state store
+	log       *slog.Logger
+	start     time.Time
+	head      []byte // the response head, written first
+	chunk     bool   // HTTP/1.1: chunked framing; HTTP/1.0: the body runs to close
 	// keep: the consumer's connection is kept after the stream (HTTP/1.1,
 	// and no Connection: close).
 	keep bool
@@ -117,10 +125,18 @@ func (s *stream) flushCountsLocked(now int64) {
 // line ("ffffffff\r\n").
 const chunkHead = 10
 
+// request is what a stream takes over from its request: its context and
+// the function that cancels it.
+type request struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
 // startStream streams the agent's answer ans to the consumer of ctx through
 // the checks; info is what the policy may read of the request, id who sent
-// it (nil when aguard authenticates no one).
-func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunInput, up *upstream, info policy.RequestInfo, id *auth.Identity) {
+// it (nil when aguard authenticates no one). The stream owns rq from here
+// on: it cancels its context when it is over.
+func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, rq request, ans *reply, in *agui.RunInput, up *upstream, info policy.RequestInfo, id *auth.Identity) {
 	h := &ctx.Response.Header
 	h.SetStatusCode(ans.resp.StatusCode())
 	copyResponseHeaders(h, &ans.resp.Header,
@@ -151,15 +167,18 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, ans *reply, in *agui.RunIn
 		}
 	}
 	s := &stream{
-		p:     p,
-		ans:   ans,
-		pipe:  NewPipeline(in, opts),
-		log:   p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
-		start: time.Now(),
-		head:  append([]byte(nil), h.Header()...),
-		chunk: chunk,
-		keep:  keep,
-		out:   make([]byte, chunkHead, 512),
+		p:         p,
+		ctx:       rq.ctx,
+		cancel:    rq.cancel,
+		recordCtx: context.WithoutCancel(rq.ctx),
+		ans:       ans,
+		pipe:      NewPipeline(in, opts),
+		log:       p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
+		start:     time.Now(),
+		head:      append([]byte(nil), h.Header()...),
+		chunk:     chunk,
+		keep:      keep,
+		out:       make([]byte, chunkHead, 512),
 	}
 	if p.opt.State != nil {
 		s.led = newLedger(p.opt.State, p.opt.Notifier, in, p.opt.ClientToolTimeout, s.log)
@@ -284,11 +303,12 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	}
 	s.ans.release()
 	if s.led != nil {
-		s.led.close(context.Background(), end)
+		s.led.close(s.recordCtx, end)
 	}
 	p.m.streamEnds.WithLabelValues(end).Inc()
 	p.m.duration.Observe(time.Since(s.start).Seconds())
 	s.log.Info("stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))
+	s.cancel(nil)
 
 	keep = s.keep && wrote && (end == "completed" || end == "ended") && !p.draining.Load()
 	if keep && c.SetWriteDeadline(time.Time{}) == nil {
@@ -334,7 +354,7 @@ func (s *stream) pump() string {
 				return s.emit(s.pipe.End(err), 0, "completed")
 			}
 		}
-		out := s.pipe.Feed(data)
+		out := s.pipe.Feed(s.ctx, data)
 		end := ""
 		if out.Done {
 			end = "ended"
@@ -357,7 +377,7 @@ func (s *stream) emit(out *Output, in int, end string) string {
 	if s.led != nil {
 		// Before the events go out: what RUN_FINISHED says is pending must
 		// be recorded before the consumer reads it.
-		s.led.record(context.Background(), out)
+		s.led.record(s.recordCtx, out)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -474,7 +494,8 @@ func (s *stream) interrupt(cause error) {
 		return
 	}
 	s.cause = cause
-	s.ans.abort() // a blocked read returns
+	s.cancel(cause) // a decision under way denies
+	s.ans.abort()   // a blocked read returns
 }
 
 // interruption is why the upstream read was interrupted, if it was.
@@ -491,6 +512,7 @@ func (s *stream) flushForRead() error {
 		s.umu.Lock()
 		if s.cause == nil {
 			s.cause = errConsumerGone
+			s.cancel(errConsumerGone)
 		}
 		s.umu.Unlock()
 		return errConsumerGone
@@ -524,6 +546,6 @@ func (s *stream) note(notes []agui.Note) {
 		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
 			level = slog.LevelWarn
 		}
-		s.log.Log(context.Background(), level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "message", n.Message)
+		s.log.Log(s.ctx, level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "message", n.Message)
 	}
 }

@@ -108,7 +108,7 @@ func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			o = pipe.End(rerr)
 		default:
 			report.EventsIn++
-			o = pipe.Feed(data)
+			o = pipe.Feed(ctx, data)
 			if o.Done {
 				report.End = "ended"
 			}
