@@ -18,6 +18,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Phases: when a call is put to the policy (Input.Phase).
@@ -92,6 +93,10 @@ type Options struct {
 	// Arguments are model output and may hold anything the conversation
 	// held; they are not logged by default.
 	LogArguments bool
+	// Registerer, if set, gets the decision metrics:
+	// aguard_policy_decisions_total{action,phase} and
+	// aguard_policy_evaluation_seconds (README, "Metrics").
+	Registerer prometheus.Registerer
 }
 
 // Decision is the outcome of evaluating the policy for one tool call.
@@ -130,6 +135,7 @@ type Engine struct {
 	log     *slog.Logger
 	logArgs bool
 	schemas *schemaCache
+	met     *metrics
 
 	current atomic.Pointer[prepared]
 	// opa runs OPA's plugin manager when the policy comes from bundles; nil
@@ -191,6 +197,11 @@ func New(ctx context.Context, opt Options) (*Engine, error) {
 	if e.timeout == 0 {
 		e.timeout = defaultTimeout
 	}
+	met, err := newMetrics(opt.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	e.met = met
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -247,15 +258,22 @@ func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error)
 // action — it denies and sets Err (fail closed). Every decision is logged,
 // and, with an OPA configuration that enables decision logs, sent to OPA's
 // decision log under its DecisionID.
+//
+// When ctx carries a recording span (the tool call's, README "Tracing"),
+// the evaluation is a child span of it.
 func (e *Engine) Decide(ctx context.Context, in *Input) Decision {
 	start := time.Now()
+	ctx, span := startSpan(ctx, in)
 	var d Decision
 	if e.opa != nil {
 		d = e.opa.decide(ctx, e, in)
 	} else {
 		d = e.decide(ctx, in, nil)
 	}
-	e.logDecision(ctx, in, &d, time.Since(start))
+	took := time.Since(start)
+	e.met.observe(in, &d, took)
+	endSpan(span, &d)
+	e.logDecision(ctx, in, &d, took)
 	return d
 }
 

@@ -111,7 +111,7 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 		return
 	}
 	if err := t.To(c); err != nil {
-		l.log.Debug("tool call event does not apply to its record", "toolCallId", ev.ID, "err", err)
+		l.log.DebugContext(ctx, "tool call event does not apply to its record", "toolCallId", ev.ID, "err", err)
 		return
 	}
 	c.UpdatedAt = now // as the webhook tells it; the store stamps its write
@@ -190,10 +190,10 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd, now time.Time) 
 	defer cancel()
 	if err := l.store.PutCallsSync(ctx, writes, th); err != nil {
 		if errors.Is(err, state.ErrQueued) {
-			l.log.Warn("the pending calls of this run are queued, not yet in redis; other replicas cannot see them until it returns",
+			l.log.WarnContext(ctx, "the pending calls of this run are queued, not yet in redis; other replicas cannot see them until it returns",
 				"pending", th.PendingCalls)
 		} else {
-			l.log.Error("could not record the end of the run", "err", err)
+			l.log.ErrorContext(ctx, "could not record the end of the run", "err", err)
 		}
 	}
 	l.endHeld(ctx, held, cause, detail, now)
@@ -231,7 +231,7 @@ func (l *ledger) endHeld(ctx context.Context, held []state.Ref, cause state.EndC
 			l.tell(webhook.TypeToolCallCompleted, c)
 		case errors.Is(err, state.ErrTransition):
 		default:
-			l.log.Warn("could not end a held tool call with its run", "toolCallId", r.ID, "err", err)
+			l.log.WarnContext(ctx, "could not end a held tool call with its run", "toolCallId", r.ID, "err", err)
 		}
 	}
 }
@@ -250,7 +250,7 @@ func (l *ledger) close(ctx context.Context, end string) {
 		held := l.endOpen(state.CauseRunCancelled, detail, nil, now, &writes)
 		wctx, cancel := context.WithTimeout(ctx, syncWriteTimeout)
 		if err := l.store.PutCallsSync(wctx, writes, nil); err != nil && !errors.Is(err, state.ErrQueued) {
-			l.log.Error("could not record the end of the run", "err", err)
+			l.log.ErrorContext(ctx, "could not record the end of the run", "err", err)
 		}
 		l.endHeld(wctx, held, state.CauseRunCancelled, detail, now)
 		cancel()
@@ -273,7 +273,7 @@ func (l *ledger) tell(eventType string, c *state.ToolCall) {
 
 func (l *ledger) put(ctx context.Context, c *state.ToolCall) {
 	if err := l.store.PutCall(ctx, c); err != nil {
-		l.log.Error("could not record tool call", "toolCallId", c.ID, "err", err)
+		l.log.ErrorContext(ctx, "could not record tool call", "toolCallId", c.ID, "err", err)
 	}
 }
 
@@ -299,7 +299,7 @@ func (g holdGate) Decide(ctx context.Context, c *agui.Call) agui.Verdict {
 	if err := g.store.ReserveHold(state.Ref{ThreadID: g.thread, ID: c.ID}, len(c.Arguments)); err != nil {
 		g.log.Warn("approval required, but the ledger cannot hold more calls; the call is denied",
 			"toolCallId", c.ID, "decisionId", v.DecisionID, "err", err)
-		return agui.Verdict{Action: agui.ActionDeny, DecisionID: v.DecisionID,
+		return agui.Verdict{Action: agui.ActionDeny, DecisionID: v.DecisionID, PolicyRevision: v.PolicyRevision,
 			Reason: "approval required, but aguard cannot hold more calls for approval now (its protected ledger memory is full)"}
 	}
 	return v

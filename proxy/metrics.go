@@ -34,6 +34,9 @@ type Metrics struct {
 	streamEnds      *prometheus.CounterVec
 	notes           *prometheus.CounterVec
 	duration        prometheus.Histogram
+	// upstreamFirstByte is the time from sending a request to an agent to
+	// its answer's head.
+	upstreamFirstByte prometheus.Histogram
 }
 
 // NewMetrics registers the data plane's metrics with reg.
@@ -89,7 +92,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "aguard_upstream_resends_total",
 		Help: "Requests sent again on another connection because the agent provably never received them (or, for GET and other safe methods, answered nothing on a reused connection).",
 	})
-	reg.MustRegister(m.streamsOpen, m.requests, in, out, m.bytesIn, m.bytesOut,
+	m.upstreamFirstByte = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "aguard_upstream_first_byte_seconds",
+		Help:    "Time from sending a request to an agent until its response headers arrive (the agent's time to first byte).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	})
+	reg.MustRegister(m.upstreamFirstByte, m.streamsOpen, m.requests, in, out, m.bytesIn, m.bytesOut,
 		m.upstreamErrors, conns, m.upstreamResends, m.streamEnds, m.notes, m.duration)
 	return m
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Route sends requests whose path starts with Path to the agent server at
@@ -104,6 +105,10 @@ type Options struct {
 	MaxUpstreamConns int
 	Logger           *slog.Logger
 	Metrics          *Metrics
+	// Tracer makes the requests' spans (README, "Tracing"); nil turns
+	// tracing off: no span is made, and the consumer's traceparent is
+	// forwarded to the agent unchanged.
+	Tracer trace.TracerProvider
 
 	// Memory, if set, is asked before each run whether a new stream may
 	// start; if not, the run gets 503 overloaded (overload.go).
@@ -131,7 +136,8 @@ type Proxy struct {
 	opt       Options
 	log       *slog.Logger
 	m         *Metrics
-	upstreams []*upstream // routes, longest prefix first; the default last
+	tracer    trace.Tracer // nil: tracing is off
+	upstreams []*upstream  // routes, longest prefix first; the default last
 	server    *fasthttp.Server
 
 	draining atomic.Bool
@@ -191,6 +197,9 @@ func New(opt Options) (*Proxy, error) {
 	}
 	p := &Proxy{opt: opt, log: opt.Logger, m: opt.Metrics, streams: map[*stream]struct{}{},
 		calls: map[*context.CancelCauseFunc]struct{}{}, idle: map[net.Conn]struct{}{}}
+	if opt.Tracer != nil {
+		p.tracer = opt.Tracer.Tracer(tracerName)
+	}
 	// One keep-alive bound per agent server, shared by the routes to it:
 	// what one route learns of the agent holds for all.
 	keeps := map[string]*keepalive{}
@@ -433,9 +442,11 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 	rctx, cancel := context.WithCancelCause(context.Background())
 	p.trackCall(&cancel, true)
 	defer p.trackCall(&cancel, false)
+	rctx, tr := p.startTrace(rctx, ctx)
 	streaming := false
 	defer func() {
 		if !streaming {
+			tr.end(ctx.Response.StatusCode(), "")
 			cancel(nil)
 			p.leave()
 		}
@@ -467,6 +478,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		p.fail(ctx, fasthttp.StatusNotFound, errNoRoute, "no route for path "+strconv.Quote(string(path)))
 		return
 	}
+	tr.route(up)
 	run := ctx.IsPost()
 	if run && !p.admit(ctx) {
 		return
@@ -478,6 +490,7 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 			p.fail(ctx, fasthttp.StatusBadRequest, errInvalidRunInput, err.Error())
 			return
 		}
+		tr.run(in)
 	}
 
 	var answers map[string]agui.Answer
@@ -503,8 +516,10 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		// What the policy reads of the request is what the agent gets.
 		info = requestInfo(path, &req.Header, ctx.RemoteAddr())
 	}
+	tr.callAgent(rctx, up, req)
 	ans, err := p.call(rctx, cancel, ctx.Conn(), up, req)
 	if err != nil {
+		tr.agentAnswered(0, err)
 		switch {
 		case errors.Is(err, errConsumerGone):
 			// Nobody to answer: the consumer left before the agent did.
@@ -526,13 +541,14 @@ func (p *Proxy) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	status := ans.resp.StatusCode()
+	tr.agentAnswered(status, nil)
 	p.m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
 	if !run || status < 200 || status > 299 || !isEventStream(ans.resp.Header.ContentType()) {
 		passThrough(ctx, ans)
 		return
 	}
 	streaming = true
-	p.startStream(ctx, request{ctx: rctx, cancel: cancel}, ans, in, up, info, id)
+	p.startStream(ctx, request{ctx: rctx, cancel: cancel, trace: tr}, ans, in, up, info, id)
 }
 
 // forwarded builds in req the request the agent gets: the consumer's, to
@@ -590,9 +606,13 @@ func (p *Proxy) call(ctx context.Context, cancel context.CancelCauseFunc, conn n
 	defer cancelTimeout()
 	stop := p.watchRequest(conn, cancel)
 	defer stop()
+	start := time.Now()
 	ans, err := up.do(cctx, req)
 	if err != nil && cctx.Err() != nil {
 		err = context.Cause(cctx)
+	}
+	if err == nil {
+		p.m.upstreamFirstByte.Observe(time.Since(start).Seconds())
 	}
 	return ans, err
 }

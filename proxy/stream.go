@@ -55,6 +55,7 @@ type stream struct {
 	ctx       context.Context
 	cancel    context.CancelCauseFunc
 	recordCtx context.Context
+	trace     *reqTrace // nil: tracing is off
 	ans       *reply
 	pipe      *Pipeline
 	led       *ledger // nil without a state store
@@ -130,6 +131,7 @@ const chunkHead = 10
 type request struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	trace  *reqTrace // nil: tracing is off
 }
 
 // startStream streams the agent's answer ans to the consumer of ctx through
@@ -165,12 +167,16 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, rq request, ans *reply, in
 		if p.opt.State != nil {
 			opts.Decider = holdGate{Decider: opts.Decider, store: p.opt.State, thread: in.ThreadID, log: p.log}
 		}
+		if rq.trace != nil {
+			opts.Decider = tracedDecider{Decider: opts.Decider, t: rq.trace}
+		}
 	}
 	s := &stream{
 		p:         p,
 		ctx:       rq.ctx,
 		cancel:    rq.cancel,
 		recordCtx: context.WithoutCancel(rq.ctx),
+		trace:     rq.trace,
 		ans:       ans,
 		pipe:      NewPipeline(in, opts),
 		log:       p.log.With("threadId", in.ThreadID, "runId", in.RunID, "route", route),
@@ -307,7 +313,8 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	}
 	p.m.streamEnds.WithLabelValues(end).Inc()
 	p.m.duration.Observe(time.Since(s.start).Seconds())
-	s.log.Info("stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))
+	s.log.InfoContext(s.ctx, "stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))
+	s.trace.endStream(end)
 	s.cancel(nil)
 
 	keep = s.keep && wrote && (end == "completed" || end == "ended") && !p.draining.Load()
@@ -350,7 +357,7 @@ func (s *stream) pump() string {
 				return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), 0, "ended")
 			default:
 				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
-				s.log.Warn("agent stream broke", "err", err)
+				s.log.WarnContext(s.ctx, "agent stream broke", "err", err)
 				return s.emit(s.pipe.End(err), 0, "completed")
 			}
 		}
@@ -379,6 +386,7 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		// be recorded before the consumer reads it.
 		s.led.record(s.recordCtx, out)
 	}
+	s.trace.observe(out)
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if out.InType != "" {

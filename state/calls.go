@@ -258,6 +258,7 @@ func (s *Store) Apply(ctx context.Context, r Ref, t Transition) (*ToolCall, erro
 	c, err := s.update(ctx, r, t.apply)
 	if err == nil || errors.Is(err, ErrQueued) {
 		s.met.transitions.WithLabelValues(string(t.Name)).Inc()
+		s.met.approvalDecided(t.Name, c, time.Now())
 	}
 	return c, err
 }

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/aguard/aguard/internal/promreg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,9 +37,22 @@ type metrics struct {
 	writeBack         *prometheus.CounterVec
 	deadlinesFired    prometheus.Counter
 	runsLost          prometheus.Counter
+	// approvalWait is observed when an approval is decided, by outcome
+	// (approvalOutcome); approvalsPending is read at scrape time.
+	approvalWait     *prometheus.HistogramVec
+	approvalsPending prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// Values of the outcome label of aguard_approval_wait_seconds.
+const (
+	outcomeApproved = "approved"
+	outcomeRejected = "rejected"
+	outcomeTimedOut = "timed_out"
+)
+
+// newMetrics builds a Store's collectors; pending counts the approvals
+// awaiting a decision, at scrape time.
+func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, error) {
 	m := &metrics{
 		redisUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "aguard_state_redis_up",
@@ -104,6 +118,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "aguard_state_runs_lost_total",
 			Help: "Runs of dead replicas whose open calls this replica ended.",
 		}),
+		approvalWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "aguard_approval_wait_seconds",
+			Help:    "Time from a held call's start to its approval decision, by outcome: approved, rejected, timed_out (counted by the replica that recorded the decision).",
+			Buckets: []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600},
+		}, []string{"outcome"}),
+		approvalsPending: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "aguard_approvals_pending",
+			Help: "Tool calls held for an approval nobody has decided yet, that this replica keeps in its protected memory (with Redis, replicas share them: take the max).",
+		}, pending),
+	}
+	for _, o := range []string{outcomeApproved, outcomeRejected, outcomeTimedOut} {
+		m.approvalWait.WithLabelValues(o)
 	}
 	for _, r := range []string{writeRedis, writeQueued, writeDrained, writeMemory, writeConflict, writeInvalid} {
 		m.writes.WithLabelValues(r)
@@ -116,9 +142,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses,
 		m.transitions, m.protectedEntries, m.protectedBytes, m.protectedMax, m.protectedOverflow, m.holdsRefused,
-		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost}
+		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost, m.approvalWait, m.approvalsPending}
 	if err := promreg.All(reg, all...); err != nil {
 		return nil, fmt.Errorf("state: register metrics: %w", err)
 	}
 	return m, nil
+}
+
+// approvalDecided observes the wait of c, whose approval transition t
+// just applied (approve, reject, expire_approval): from the call's start
+// to the decision, by the status the decision left it in.
+func (m *metrics) approvalDecided(t TransitionName, c *ToolCall, now time.Time) {
+	if c == nil || (t != TransitionApprove && t != TransitionReject && t != TransitionExpireApproval) {
+		return
+	}
+	outcome := ""
+	switch c.Status {
+	case StatusExecuting:
+		outcome = outcomeApproved
+	case StatusCancelled:
+		outcome = outcomeRejected
+	case StatusTimedOut:
+		outcome = outcomeTimedOut
+	default:
+		return
+	}
+	at := now
+	if c.ApprovedAt != nil {
+		at = *c.ApprovedAt
+	}
+	m.approvalWait.WithLabelValues(outcome).Observe(max(at.Sub(c.CreatedAt).Seconds(), 0))
 }

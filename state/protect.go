@@ -253,3 +253,20 @@ func (s *Store) markAllStale() {
 		s.prot.staleThreads[id] = struct{}{}
 	}
 }
+
+// approvalsAwaiting counts the held calls in the protected set whose
+// approval nobody has decided yet (aguard_approvals_pending).
+func (s *Store) approvalsAwaiting() int {
+	if s == nil {
+		return 0
+	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	n := 0
+	for _, p := range s.prot.calls {
+		if p.e != nil && awaiting(p.e.call) {
+			n++
+		}
+	}
+	return n
+}

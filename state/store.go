@@ -242,7 +242,10 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 			return nil, err
 		}
 	}
-	met, err := newMetrics(opt.Registerer)
+	// The gauge of approvals reads the store, which is built below and
+	// registered (Registerer) before anyone can scrape it.
+	var s *Store
+	met, err := newMetrics(opt.Registerer, func() float64 { return float64(s.approvalsAwaiting()) })
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +263,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{
+	s = &Store{
 		opt:      opt,
 		log:      opt.Logger.With("component", "state"),
 		met:      met,

@@ -42,7 +42,15 @@ func (a *jsonAguard) stderr() []string {
 // "aguard listening" line.
 func startJSONAguard(t *testing.T, bin string, args ...string) *jsonAguard {
 	t.Helper()
+	return startJSONAguardEnv(t, bin, nil, args...)
+}
+
+// startJSONAguardEnv is startJSONAguard with env (NAME=value) added to the
+// process's environment.
+func startJSONAguardEnv(t *testing.T, bin string, env []string, args ...string) *jsonAguard {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--log-format", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,7 @@ func newPolicyEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, 
 	if err != nil {
 		return nil, nil, err
 	}
-	opt := policy.Options{Dir: cfg.Policy, Capabilities: caps, Logger: log}
+	opt := policy.Options{Dir: cfg.Policy, Capabilities: caps, Logger: log, Registerer: reg}
 	if cfg.OPAConfig != "" {
 		if opt.OPAConfig, err = readOPAConfig(cfg.OPAConfig); err != nil {
 			return nil, nil, err

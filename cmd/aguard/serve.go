@@ -15,6 +15,7 @@ import (
 	"github.com/aguard/aguard/auth"
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/internal/logging"
+	"github.com/aguard/aguard/internal/tracing"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/state"
@@ -58,6 +59,7 @@ type running struct {
 	policy    *policy.Engine
 	store     *state.Store
 	hooks     *webhook.Notifier
+	traces    *tracing.Provider // nil: tracing is off
 	admin     *http.Server
 	addr      net.Addr
 	adminAddr net.Addr
@@ -67,7 +69,17 @@ type running struct {
 
 func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*running, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	traces, err := tracing.New(ctx, lookupEnv, version, log)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started {
+			traces.Shutdown(context.Background())
+		}
+	}()
 	budget, err := newBudget(cfg, log, reg)
 	if err != nil {
 		return nil, err
@@ -131,6 +143,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		AdminToken:          cfg.AdminToken,
 		Logger:              log,
 		Metrics:             proxy.NewMetrics(reg),
+		Tracer:              traces.TracerProvider(),
 		Memory:              budget,
 	})
 	if err != nil {
@@ -152,7 +165,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, authn: authn, policy: engine, store: store, hooks: hooks, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, authn: authn, policy: engine, store: store, hooks: hooks, traces: traces, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
 				Reviewers: reviewers,
@@ -173,9 +186,14 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		}
 	}()
 	revision, _ := engine.Status()
+	tracesTo := "off"
+	if traces != nil {
+		tracesTo = traces.Protocol
+	}
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
 		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "",
-		"auth", authSource(cfg), "reviewers", reviewers.Len())
+		"auth", authSource(cfg), "reviewers", reviewers.Len(), "traces", tracesTo)
+	started = true
 	return r, nil
 }
 
@@ -197,6 +215,11 @@ func (r *running) shutdown(timeout time.Duration) error {
 	}
 	if serr := r.store.Close(); serr != nil {
 		r.log.Warn("closing the ledger", "err", serr)
+	}
+	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer tcancel()
+	if terr := r.traces.Shutdown(tctx); terr != nil {
+		r.log.Warn("spans left unexported at shutdown", "err", terr)
 	}
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer acancel()

@@ -6,7 +6,9 @@
 //
 // Every line has a msg that is constant for its kind: what varies (ids,
 // reasons, a dependency's own text) goes in attributes, where the handler
-// escapes it. Durations are written as seconds, a number.
+// escapes it. Durations are written as seconds, a number. A line logged
+// with a context that carries an OpenTelemetry span gets its trace_id and
+// span_id.
 package logging
 
 import (
@@ -19,6 +21,7 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Constant messages of the lines that carry a dependency's own text (in
@@ -32,10 +35,26 @@ const (
 func New(format string, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{ReplaceAttr: seconds}
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(traced{slog.NewJSONHandler(w, opts)})
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(traced{slog.NewTextHandler(w, opts)})
 }
+
+// traced adds trace_id and span_id to a record logged with a context that
+// carries a valid span context (https://www.w3.org/TR/trace-context/, as
+// lower-case hex).
+type traced struct{ slog.Handler }
+
+func (h traced) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traced) WithAttrs(as []slog.Attr) slog.Handler { return traced{h.Handler.WithAttrs(as)} }
+
+func (h traced) WithGroup(name string) slog.Handler { return traced{h.Handler.WithGroup(name)} }
 
 // seconds writes a duration as seconds, a number: not the JSON handler's
 // integer nanoseconds, nor the text handler's "1.5s".

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestDurationsAreSeconds pins that a duration attribute is written as
@@ -89,5 +90,30 @@ func TestCaptureRoutesDependencies(t *testing.T) {
 	}
 	if strings.Join(details, "|") != "http: TLS handshake error from 10.0.0.1:5: EOF|second line" {
 		t.Errorf("log package lines: %q", details)
+	}
+}
+
+// TestLinesCarryTheTraceOfTheirContext pins that a line logged with a
+// context holding a span context gets its trace_id and span_id, and one
+// logged without gets neither.
+func TestLinesCarryTheTraceOfTheirContext(t *testing.T) {
+	var js bytes.Buffer
+	l := New("json", &js).With("threadId", "t1")
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+	})
+	l.InfoContext(trace.ContextWithSpanContext(context.Background(), sc), "stream ended")
+	l.Info("stream ended")
+	lines := strings.Split(strings.TrimSpace(js.String()), "\n")
+	var with, without map[string]any
+	if len(lines) != 2 || json.Unmarshal([]byte(lines[0]), &with) != nil || json.Unmarshal([]byte(lines[1]), &without) != nil {
+		t.Fatalf("log: %s", js.String())
+	}
+	if with["trace_id"] != "4bf92f3577b34da6a3ce929d0e0e4736" || with["span_id"] != "00f067aa0ba902b7" || with["threadId"] != "t1" {
+		t.Errorf("line with a span: %v", with)
+	}
+	if _, ok := without["trace_id"]; ok {
+		t.Errorf("line without a span: %v", without)
 	}
 }

@@ -1,0 +1,27 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// buildInfo is aguard_build_info{version,revision,goversion}, always 1:
+// version as set at build time (main.version), revision the VCS commit the
+// Go toolchain stamped into the binary ("unknown" when it did not).
+func buildInfo() prometheus.Collector {
+	revision := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && s.Value != "" {
+				revision = s.Value
+			}
+		}
+	}
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "aguard_build_info",
+		Help:        "Always 1; its labels say which aguard runs: version, revision (the VCS commit), goversion.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+	}, func() float64 { return 1 })
+}

@@ -1,0 +1,123 @@
+// Package tracing sets up aguard's OpenTelemetry tracing from the standard
+// OTEL_* environment variables
+// (https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/)
+// and carries W3C trace context (https://www.w3.org/TR/trace-context/) in
+// and out of fasthttp headers. It builds the SDK's provider and exporter
+// and nothing else: which spans aguard makes is package proxy's.
+//
+// Tracing is off unless an OTLP endpoint is set: then New returns a nil
+// provider, and the data plane makes no span at all.
+package tracing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// DefaultServiceName is service.name when neither OTEL_SERVICE_NAME nor
+// OTEL_RESOURCE_ATTRIBUTES names one.
+const DefaultServiceName = "aguard"
+
+// Provider is a running tracer provider and its exporter.
+type Provider struct {
+	sdk *sdktrace.TracerProvider
+	// Protocol is the OTLP protocol in use: "http/protobuf" or "grpc".
+	Protocol string
+}
+
+// TracerProvider returns the provider to make spans with; nil on a nil
+// Provider (tracing off).
+func (p *Provider) TracerProvider() trace.TracerProvider {
+	if p == nil {
+		return nil
+	}
+	return p.sdk
+}
+
+// Shutdown exports the spans still queued and stops the exporter, within
+// ctx. A nil Provider has nothing to do.
+func (p *Provider) Shutdown(ctx context.Context) error {
+	if p == nil {
+		return nil
+	}
+	return p.sdk.Shutdown(ctx)
+}
+
+// New reads the OTEL_* variables through getenv and starts tracing, or
+// returns nil (off) when no OTLP endpoint is set
+// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT), when
+// OTEL_SDK_DISABLED is true or OTEL_TRACES_EXPORTER is none. The exporter
+// reads the rest of the OTLP variables itself (headers, timeout,
+// certificates, compression); the SDK reads OTEL_TRACES_SAMPLER(_ARG),
+// OTEL_BSP_* and OTEL_RESOURCE_ATTRIBUTES. version is service.version.
+// Export failures are logged to log, never fatal: a collector that is
+// down costs spans, not requests.
+func New(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
+	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
+		return nil, nil
+	}
+	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {
+	case "", "otlp":
+	case "none":
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q: aguard exports traces with otlp only (or none)", exp)
+	}
+	if getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
+		return nil, nil
+	}
+	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if protocol == "" {
+		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	var (
+		exp *otlptrace.Exporter
+		err error
+	)
+	switch protocol {
+	case "", "http/protobuf":
+		protocol = "http/protobuf"
+		exp, err = otlptracehttp.New(ctx)
+	case "grpc":
+		exp, err = otlptracegrpc.New(ctx)
+	default:
+		return nil, fmt.Errorf("tracing: OTLP protocol %q: want http/protobuf or grpc", protocol)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tracing: OTLP exporter (%s): %w", protocol, err)
+	}
+	// Later sources win: the environment's service.name over the default.
+	res, err := resource.New(ctx,
+		resource.WithAttributes(attribute.String("service.name", DefaultServiceName), attribute.String("service.version", version)),
+		resource.WithFromEnv(),
+		resource.WithTelemetrySDK(),
+	)
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
+		exp.Shutdown(ctx)
+		return nil, fmt.Errorf("tracing: resource from OTEL_RESOURCE_ATTRIBUTES: %w", err)
+	}
+	if log != nil {
+		// The SDK reports export failures through the global handler.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn(MsgExportFailed, "component", "opentelemetry", "err", err)
+		}))
+	}
+	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return &Provider{sdk: sdk, Protocol: protocol}, nil
+}
+
+// MsgExportFailed is the msg of the log line for a failure the SDK
+// reports (a batch of spans the collector did not take).
+const MsgExportFailed = "trace export failed"
