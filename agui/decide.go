@@ -59,25 +59,32 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 		ParentMessageID: c.parent, SubagentRunID: c.own.id,
 		Reopened: c.reopened, Frontend: frontend,
 	})
+	switch v.Action {
+	case ActionAllow, ActionDeny:
+	case ActionRequireApproval:
+		if frontend && phase == PhaseToolCallEnd {
+			break
+		}
+		// What the stream applies is a denial: the ledger records it so.
+		v.Action = ActionDeny
+		v.Reason = "requires approval, but aguard cannot hold a call the agent executes itself: " + v.Reason
+	default:
+		v.Reason = "the decider answered an unknown action '" + v.Action + "'"
+		v.Action = ActionDeny
+	}
 	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis.String()})
 	switch v.Action {
 	case ActionAllow:
 		s.allowed(b, c, phase, frontend)
 		return
 	case ActionRequireApproval:
-		if frontend && phase == PhaseToolCallEnd {
-			b.Notes = append(b.Notes, Note{Kind: "approval_required", ID: c.id,
-				Message: "tool call '" + c.id + "' (" + c.name + ") requires approval: " + v.Reason + " (decision " + v.DecisionID + ")"})
-			if !s.opts.Monitor {
-				s.allowed(b, c, phase, frontend)
-				s.put(b, tCustom, s.approvalRequired(c, v))
-			}
-			return
+		b.Notes = append(b.Notes, Note{Kind: "approval_required", ID: c.id,
+			Message: "tool call '" + c.id + "' (" + c.name + ") requires approval: " + v.Reason + " (decision " + v.DecisionID + ")"})
+		if !s.opts.Monitor {
+			s.allowed(b, c, phase, frontend)
+			s.put(b, tCustom, s.approvalRequired(c, v))
 		}
-		v.Reason = "requires approval, but aguard cannot hold a call the agent executes itself: " + v.Reason
-	case ActionDeny:
-	default:
-		v.Reason = "the decider answered an unknown action '" + v.Action + "'"
+		return
 	}
 	s.deny(b, c, phase, frontend, v)
 }

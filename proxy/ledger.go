@@ -124,20 +124,21 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 	}
 }
 
-// decided is the transition a policy verdict makes. A frontend call held for
-// approval takes the place the hold gate reserved for it in the store; a
-// require_approval that cannot hold (an agent-side call, which the stream
-// denies, or an unreadable deadline) only records the decision.
+// decided is the transition a verdict, as the stream applied it, makes. A
+// frontend call held for approval takes the place the hold gate reserved for
+// it in the store; any other verdict leaves that place unused (a
+// require_approval the stream cannot hold, for a call the agent executes
+// itself, reaches the ledger as the denial the stream made of it).
 func (l *ledger) decided(c *state.ToolCall, v agui.Verdict, now time.Time) state.Transition {
 	d := state.PolicyDecision{ID: v.DecisionID, Revision: v.PolicyRevision, Reason: v.Reason}
-	switch v.Action {
-	case agui.ActionDeny:
-		return state.Deny(d, now)
-	case agui.ActionRequireApproval:
+	if v.Action == agui.ActionRequireApproval {
 		if at, err := time.Parse(time.RFC3339, v.RequiresApprovalAt); err == nil && c.IsClientTool {
 			return state.Hold(at, d)
 		}
-		l.store.ReleaseHold(state.RefOf(c))
+	}
+	l.store.ReleaseHold(state.RefOf(c))
+	if v.Action == agui.ActionDeny {
+		return state.Deny(d, now)
 	}
 	return state.Allow(d)
 }

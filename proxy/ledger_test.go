@@ -321,3 +321,37 @@ func TestRedisDownMidRunLosesNothing(t *testing.T) {
 		return err == nil && strings.Join(th.PendingCalls, ",") == "call-7"
 	})
 }
+
+// TestAnAgentSideCallNeedingApprovalIsRecordedAsTheDenialItGets: aguard
+// cannot hold a call the agent executes itself, so a require_approval for
+// one ends the run with AGUARD_POLICY_DENIED; the ledger records that denial
+// (FAILED, endCause denied, the policy's reason), not an allow that the run
+// then happened to fail.
+func TestAnAgentSideCallNeedingApprovalIsRecordedAsTheDenialItGets(t *testing.T) {
+	store := openStore(t, "")
+	engine := approvalPolicy(t, `package aguard
+default decision := {"action": "allow"}
+decision := {"action": "require_approval", "reason": "shell needs a human"} if input.call.name == "shell"
+`)
+	agent := &recordingAgent{runs: map[string][]string{"run-1": {
+		`{"type":"RUN_STARTED","threadId":"thread-x","runId":"run-1"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"s1","toolCallName":"shell"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"s1","delta":"{\"cmd\":\"ls\"}"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"s1"}`,
+		`{"type":"TOOL_CALL_RESULT","messageId":"m1","toolCallId":"s1","content":"ok"}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-x","runId":"run-1"}`,
+	}}}
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) { o.State, o.Policy = store, engine })
+	_, events, _ := postRun(t, h, threadInput("run-1", "", ""))
+	if last := events[len(events)-1]; !strings.Contains(last, `"code":"AGUARD_POLICY_DENIED"`) {
+		t.Fatalf("the run ended with %s, want AGUARD_POLICY_DENIED", last)
+	}
+	rec, err := store.GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "s1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Status != state.StatusFailed || rec.Cause != state.CauseDenied || !strings.Contains(rec.EndReason, "shell needs a human") || rec.DecisionID == "" {
+		t.Fatalf("record: status %s, endCause %s, endReason %q, decisionId %q; want FAILED, denied, the policy's reason and its decision",
+			rec.Status, rec.Cause, rec.EndReason, rec.DecisionID)
+	}
+}
