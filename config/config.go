@@ -203,7 +203,7 @@ var Flags = []Flag{
 		func(c *Config, v string) (err error) { c.MaxBody, err = ParseSize(v); return err }},
 	{"max-event", "16MiB", "largest single SSE event accepted from the agent (AGUARD_LIMIT_EXCEEDED above it)",
 		func(c *Config, v string) (err error) { c.MaxEvent, err = ParseSize(v); return err }},
-	{"max-memory", "", "memory budget of the whole process (none: the container's memory limit when one is set, cgroup v2 memory.max or v1 memory.limit_in_bytes; 0: no budget); GOMEMLIMIT is set to 90 % of it unless set in the environment, and while memory in use is past 90 % of it new runs get 503 overloaded",
+	{"max-memory", "", "memory budget of the whole process (none: the container's memory limit when one is set, cgroup v2 memory.max or v1 memory.limit_in_bytes; 0: no budget); GOMEMLIMIT is set to 90 % of it unless set in the environment, and once memory in use is past 90 % of it new runs get 503 overloaded until it is back under 80 %",
 		func(c *Config, v string) (err error) {
 			if v == "" {
 				c.MaxMemory = -1

@@ -5,8 +5,9 @@ import (
 )
 
 // Admitter decides whether a new stream may start: package membudget's
-// Budget, which refuses while the process is past 90 % of its memory budget
-// (--max-memory). Streams already running are not asked.
+// Budget, which refuses from when the process passes 90 % of its memory
+// budget (--max-memory) until it is back under 80 %. Streams already running
+// are not asked.
 type Admitter interface {
 	Admit() bool
 }

@@ -2,8 +2,9 @@
 // (--max-memory). It sets the Go runtime's soft memory limit (GOMEMLIMIT)
 // from the budget, so that the garbage collector works harder as memory
 // nears it, and tells the data plane whether a new stream may start: not
-// while the memory in use is past 90 % of the budget. Streams already running
-// are not its business; they go on.
+// once the memory in use is past 90 % of the budget, until it is back under
+// 80 % (the gap keeps admission and readiness from flapping with each
+// collection). Streams already running are not its business; they go on.
 //
 // The memory in use is what the process would hold right after a
 // collection: the heap found live by the last one, plus what the runtime
@@ -31,6 +32,10 @@ import (
 
 // Threshold is the share of the budget past which new streams are refused.
 const Threshold = 0.9
+
+// Resume is the share of the budget under which memory must fall, once past
+// Threshold, before new streams are taken again.
+const Resume = 0.8
 
 // limitRatio is the share of the budget given to the runtime as GOMEMLIMIT:
 // the rest is room for what the runtime does not count (kernel socket
@@ -85,6 +90,7 @@ type Options struct {
 type Budget struct {
 	max       int64
 	threshold int64
+	resume    int64
 	log       *slog.Logger
 	used      func() int64
 	refusals  prometheus.Counter
@@ -112,6 +118,7 @@ func New(opt Options) (*Budget, error) {
 	b := &Budget{
 		max:       opt.Max,
 		threshold: int64(float64(opt.Max) * Threshold),
+		resume:    int64(float64(opt.Max) * Resume),
 		log:       opt.Logger,
 		used:      opt.used,
 		refusals: prometheus.NewCounter(prometheus.CounterOpts{
@@ -142,7 +149,7 @@ func New(opt Options) (*Budget, error) {
 			}, func() float64 { return float64(b.used()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "aguard_memory_overloaded",
-				Help: "1 while memory in use is past 90 % of the budget and new streams are refused.",
+				Help: "1 while new streams are refused: from when memory in use passes 90 % of the budget until it is back under 80 %.",
 			}, func() float64 {
 				if b.over.Load() {
 					return 1
@@ -159,8 +166,9 @@ func New(opt Options) (*Budget, error) {
 	return b, nil
 }
 
-// Admit reports whether a new stream may start: always without a budget,
-// and while the memory in use is under 90 % of it. A refusal is counted.
+// Admit reports whether a new stream may start: always without a budget;
+// with one, not from when the memory in use passes 90 % of it until it is
+// back under 80 %. A refusal is counted.
 func (b *Budget) Admit() bool {
 	if b == nil || b.max == 0 {
 		return true
@@ -182,12 +190,12 @@ func (b *Budget) check() bool {
 	defer b.mu.Unlock()
 	b.checked.Store(now)
 	used := b.used()
-	over := used > b.threshold
+	over := used > b.threshold || b.over.Load() && used >= b.resume
 	if was := b.over.Swap(over); was != over {
 		if over {
 			b.log.Warn("memory past 90 % of the budget; refusing new streams", "used_bytes", used, "max_bytes", b.max)
 		} else {
-			b.log.Info("memory back under 90 % of the budget; taking new streams", "used_bytes", used, "max_bytes", b.max)
+			b.log.Info("memory back under 80 % of the budget; taking new streams", "used_bytes", used, "max_bytes", b.max)
 		}
 	}
 	if over && now-b.lastGC.Load() >= int64(gcEvery) && b.gcing.CompareAndSwap(false, true) {
@@ -201,8 +209,8 @@ func (b *Budget) check() bool {
 	return over
 }
 
-// Over reports whether memory in use is past 90 % of the budget (false
-// without one), for readiness.
+// Over reports whether new streams are refused: memory in use went past 90 %
+// of the budget and is not yet back under 80 % (false without a budget).
 func (b *Budget) Over() bool {
 	return b != nil && b.max > 0 && b.check()
 }

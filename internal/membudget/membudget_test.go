@@ -13,9 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestAdmitRefusesPastNinetyPercent pins the threshold: streams start while
+// TestAdmitRefusesPastNinetyPercent pins the thresholds: streams start while
 // memory in use is at or under 90 % of the budget, and are refused, counted
-// and logged once past it, until it falls back.
+// and logged once past it, until it falls back under 80 %.
 func TestAdmitRefusesPastNinetyPercent(t *testing.T) {
 	var used atomic.Int64
 	var log syncbuf.Buffer
@@ -39,11 +39,19 @@ func TestAdmitRefusesPastNinetyPercent(t *testing.T) {
 	if ok, reason := b.Ready(); !ok || !strings.Contains(reason, "503 overloaded") {
 		t.Errorf("Ready() = %v, %q while over", ok, reason)
 	}
-	used.Store(500)
-	if !admit() {
-		t.Fatal("refused after memory fell back")
+	used.Store(850)
+	if admit() || !b.Over() {
+		t.Fatal("admitted at 85 % right after being past 90 %: admission would flap with each collection")
 	}
-	if got := testutil.ToFloat64(b.refusals); got != 2 {
+	used.Store(799)
+	if !admit() {
+		t.Fatal("refused after memory fell back under 80 %")
+	}
+	used.Store(850)
+	if !admit() {
+		t.Fatal("refused at 85 % on the way up")
+	}
+	if got := testutil.ToFloat64(b.refusals); got != 3 {
 		t.Errorf("refusals = %v, want 2", got)
 	}
 	if n := strings.Count(log.String(), "refusing new streams"); n != 1 {
