@@ -482,7 +482,11 @@ func (s *Store) ThreadsOf(ctx context.Context, id string) ([]string, error) {
 	}
 	if s.rdb != nil && s.up.Load() {
 		now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-		threads, err := s.rdb.ZRangeByScore(ctx, idThreadsKeyPrefix+id, &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
+		keys := make([]string, len(s.ks.shards))
+		for i, shard := range s.ks.shards {
+			keys[i] = s.ks.idsKey(shard, id)
+		}
+		threads, err := s.indexMembers(ctx, keys, &redis.ZRangeBy{Min: now, Max: "+inf"})
 		switch {
 		case err == nil:
 			for _, t := range threads {

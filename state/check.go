@@ -115,8 +115,8 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 	readAt := time.Now()
 	_, err := c.Pipelined(rctx, func(p redis.Pipeliner) error {
 		tcmd = p.HMGet(ctx, threadKey(v.id), "v", "d")
-		mcmd = p.Exists(ctx, markerKeyPrefix+s.origin)
-		rcmd = p.Exists(ctx, recoveringKey)
+		mcmd = p.Exists(ctx, s.ks.markerKey(s.origin))
+		rcmd = p.Exists(ctx, s.ks.recoveringKey())
 		for i, id := range ids {
 			ccmds[i] = p.HMGet(ctx, callKey(Ref{v.id, id}), "v", "d", "r")
 		}

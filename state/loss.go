@@ -23,8 +23,9 @@ import (
 //     request's thread read (ReadThread), so a request never acts on a
 //     flushed Redis unawares (cause "marker");
 //   - Redis's run_id (INFO server) changed: a restart or a failover (cause
-//     "restart");
-//   - evicted_keys (INFO stats) grew (cause "eviction");
+//     "restart"); on a cluster, a master's run_id seen at the last beat is
+//     gone (a master restarted, or a replica took over);
+//   - evicted_keys (INFO stats) of a master grew (cause "eviction");
 //   - a record or thread this Store protects is absent (cause "missing").
 //
 // On a loss it logs "redis lost data" once, counts it in
@@ -51,9 +52,11 @@ const (
 // lossState is what a Store knows of Redis's data losses. Guarded by mu.
 type lossState struct {
 	mu       sync.Mutex
-	marker   bool   // the marker was written since Open: its absence now means a loss
-	runID    string // Redis's run_id as last seen
-	evicted  int64  // evicted_keys as last seen; -1 unknown
+	marker bool // the marker was written since Open: its absence now means a loss
+	// masters is each master's run_id as last seen, with its evicted_keys
+	// (-1 unknown); nil before the first beat. One entry on one Redis, one
+	// per master on a cluster.
+	masters map[string]int64
 	detected time.Time
 	cause    lossCause
 	suspect  bool // a protected entry was found absent: classify at the next beat
@@ -202,11 +205,22 @@ func (s *Store) beat(ctx context.Context) {
 	var hb *redis.Cmd
 	var info *redis.StringCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		hb = s.scripts.heartbeat.Eval(ctx, p, []string{markerKeyPrefix + s.origin, replicasKey, runsKeyPrefix + s.origin},
+		hb = s.scripts.heartbeat.Eval(ctx, p, []string{s.ks.markerKey(s.origin), s.ks.replicasKey(), s.ks.runsKey(s.origin)},
 			s.origin, s.opt.TTL.Milliseconds(), s.opt.TTL.Milliseconds())
-		info = p.Info(ctx, "server", "stats")
+		if !s.cluster {
+			info = p.Info(ctx, "server", "stats")
+		}
 		return nil
 	})
+	var masters map[string]int64
+	switch {
+	case err != nil:
+	case info != nil:
+		id, evicted := parseInfo(info.Val())
+		masters = map[string]int64{id: evicted}
+	default: // a cluster: every master's INFO, at once
+		masters, err = s.masterInfo(ctx)
+	}
 	if err != nil {
 		if s.unreachable(ctx, err) {
 			s.setDown(err)
@@ -214,15 +228,16 @@ func (s *Store) beat(ctx context.Context) {
 		return
 	}
 	had, _ := hb.Int64()
-	runID, evicted := parseInfo(info.Val())
 	l := &s.loss
 	l.mu.Lock()
 	var causes []lossCause
-	if l.runID != "" && runID != "" && runID != l.runID {
-		causes = append(causes, causeRestart)
-	}
-	if l.evicted >= 0 && evicted > l.evicted {
-		causes = append(causes, causeEviction)
+	if restarted, evicted := compareMasters(l.masters, masters); restarted || evicted {
+		if restarted {
+			causes = append(causes, causeRestart)
+		}
+		if evicted {
+			causes = append(causes, causeEviction)
+		}
 	}
 	if had == 0 && l.marker {
 		causes = append(causes, causeMarker)
@@ -232,11 +247,9 @@ func (s *Store) beat(ctx context.Context) {
 	}
 	l.suspect = false
 	l.marker = true
-	if runID != "" {
-		l.runID = runID
-	}
-	if evicted >= 0 {
-		l.evicted = evicted
+	delete(masters, "")
+	if len(masters) > 0 {
+		l.masters = masters
 	}
 	l.mu.Unlock()
 	for _, c := range causes {
@@ -245,6 +258,27 @@ func (s *Store) beat(ctx context.Context) {
 	if err := s.syncRuns(ctx); err != nil && s.unreachable(ctx, err) {
 		s.setDown(err)
 	}
+}
+
+// compareMasters compares the masters' run_ids and evicted_keys seen at two
+// beats: restarted when a run_id seen before is gone (a restart, or a
+// failover: a master that merely joined is no loss), evicted when a master
+// seen both times evicted keys since.
+func compareMasters(before, now map[string]int64) (restarted, evicted bool) {
+	if len(before) == 0 || len(now) == 0 {
+		return false, false
+	}
+	for id, ev := range before {
+		cur, ok := now[id]
+		switch {
+		case id == "":
+		case !ok:
+			restarted = true
+		case ev >= 0 && cur > ev:
+			evicted = true
+		}
+	}
+	return restarted, evicted
 }
 
 // parseInfo reads run_id and evicted_keys from an INFO reply (-1 when
@@ -300,8 +334,8 @@ func (s *Store) writeBack() {
 func (s *Store) restoreAll() (written, skipped int, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	_, err = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, recoveringKey, s.origin, time.Now().UnixMilli())
-		p.PExpire(ctx, recoveringKey, recoveringTTL)
+		p.HSet(ctx, s.ks.recoveringKey(), s.origin, time.Now().UnixMilli())
+		p.PExpire(ctx, s.ks.recoveringKey(), recoveringTTL)
 		return nil
 	})
 	cancel()
@@ -342,7 +376,7 @@ func (s *Store) restoreAll() (written, skipped int, err error) {
 	s.markAllStale()
 	ctx, cancel = context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
-	if err := s.rdb.HDel(ctx, recoveringKey, s.origin).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.ks.recoveringKey(), s.origin).Err(); err != nil {
 		return written, skipped, err
 	}
 	return written, skipped, nil
@@ -400,14 +434,14 @@ func (s *Store) withdraw() {
 	left := len(s.runs.live) + len(s.runs.lost)
 	s.runs.mu.Unlock()
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, markerKeyPrefix+s.origin)
+		p.Del(ctx, s.ks.markerKey(s.origin))
 		if left > 0 {
-			p.ZAdd(ctx, replicasKey, redis.Z{Score: 0, Member: s.origin})
+			p.ZAdd(ctx, s.ks.replicasKey(), redis.Z{Score: 0, Member: s.origin})
 		} else {
-			p.ZRem(ctx, replicasKey, s.origin)
-			p.Del(ctx, runsKeyPrefix+s.origin)
+			p.ZRem(ctx, s.ks.replicasKey(), s.origin)
+			p.Del(ctx, s.ks.runsKey(s.origin))
 		}
-		p.HDel(ctx, recoveringKey, s.origin)
+		p.HDel(ctx, s.ks.recoveringKey(), s.origin)
 		return nil
 	})
 }

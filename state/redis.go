@@ -16,53 +16,48 @@ import (
 // round trip. Its KEYS are that thread's keys only (one hash slot): the
 // thread, its calls index, then the n call keys. The global indexes it
 // maintains afterwards (status, id → threads, deadlines) are named in ARGV,
-// in a separate part of the script that reads only what the thread part
-// computed; a Redis Cluster mode can move that part to a call of its own.
+// in a separate part of the script (indexPartSrc) that reads only what the
+// thread part computed. On one Redis that part runs in the same script
+// call; on a Redis Cluster, where those keys are in another slot, the
+// script replies what moved instead and indexScriptSrc runs that part as a
+// call of its own, on the shard's slot.
 //
 // ARGV: mode ("w" write, "r" restore), invalidation channel, origin, n,
 // thread id, thread member (JSON string), thread JSON ("" = none), thread
 // ttl ms, thread version (restore mode), status key prefix, ids key prefix,
-// deadlines key; then per call: id, member, expected version ("" =
-// unconditional; restore mode: the version to restore), status, ttl ms,
-// approval deadline ms ("" = none), record JSON.
+// deadlines key, inline ("1": maintain the indexes here; "0": reply what
+// moved); then per call: id, member, expected version ("" = unconditional;
+// restore mode: the version to restore), status, ttl ms, approval deadline
+// ms ("" = none), record JSON.
 //
 // Mode "w": if any call's expected version differs from its stored one (0
 // when absent), nothing is written and the reply is {-1, index, stored
 // version}. Otherwise each record gets a version greater than its stored one
 // and than the time in ms (so that a version written after a data loss is
 // newer than any written before it), its restored flag is cleared, and the
-// reply is the new versions, then the thread's.
+// reply is the new versions, then the thread's; when not inline, then a
+// pair per record written: its index and the status it had ("" = none).
 //
 // Mode "r" (the write-back after a data loss): a record or thread is written
 // with the given version, flagged restored, only when Redis has no newer
 // one; skipped ones reply -2.
 //
 // Both modes set each record's expiry to its ttl, extend (never shorten) the
-// thread's keys to the longest ttl written, index the records (each index
-// touched once per call, whatever the number of records), and publish one
-// invalidation message listing what was written.
+// thread's keys to the longest ttl written, and, inline, index the records
+// (each index touched once per call, whatever the number of records) and
+// publish one invalidation message listing what was written.
 const writeScriptSrc = `
 local mode, channel, origin = ARGV[1], ARGV[2], ARGV[3]
 local n = tonumber(ARGV[4])
 local tid, tmember, tdata, tttl, tver = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 local statusPrefix, idsPrefix, deadlines = ARGV[10], ARGV[11], ARGV[12]
-local B, S = 12, 7
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function fmt(x) return string.format('%d', x) end
+local inline = ARGV[13] == '1'
+local B, S = 13, 7
+` + scriptHelpersSrc + `
 local function version(cur)
   cur = tonumber(cur) or 0
   if cur + 1 > now then return cur + 1 end
   return now
-end
-local function extend(key, ttl)
-  local cur = redis.call('PTTL', key)
-  if cur ~= -2 and cur < ttl then redis.call('PEXPIRE', key, ttl) end
-end
-local function many(cmd, key, args, k)
-  for i = 1, k, 4000 do
-    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, k)))
-  end
 end
 if mode == 'w' then
   for i = 1, n do
@@ -102,7 +97,7 @@ for i = 1, n do
     if ttl > maxttl then maxttl = ttl end
     res[i] = v
     nmoved = nmoved + 1
-    moved[nmoved] = {o, old[2], v}
+    moved[nmoved] = {id, ARGV[o+2], st, ttl, ARGV[o+6], v, old[2] or '', i}
   end
 end
 local tv = 0
@@ -123,16 +118,66 @@ if nz > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. fmt(now))
 end
 res[n+1] = tv
+if not inline then
+  for j = 1, nmoved do
+    res[#res+1] = moved[j][8]
+    res[#res+1] = moved[j][7]
+  end
+  return res
+end
+` + indexPartSrc + `
+return res
+`
 
--- The global indexes: members are the records' JSON refs.
+// indexScriptSrc is the index part of writeScriptSrc as a call of its own,
+// for a Redis Cluster: KEYS[1] is the shard's deadlines key (every key it
+// touches shares its hash tag).
+//
+// ARGV: invalidation channel, origin, thread member, thread version (0: not
+// written), thread id, status key prefix, ids key prefix, deadlines key, m;
+// then per record written: id, member, status, ttl ms, approval deadline ms
+// ("" = none), version, previous status ("" = none).
+const indexScriptSrc = `
+local channel, origin, tmember, tv, tid = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local statusPrefix, idsPrefix, deadlines = ARGV[6], ARGV[7], ARGV[8]
+local nmoved = tonumber(ARGV[9])
+` + scriptHelpersSrc + `
+local moved = {}
+for j = 1, nmoved do
+  local o = 9 + (j-1)*7
+  moved[j] = {ARGV[o+1], ARGV[o+2], ARGV[o+3], tonumber(ARGV[o+4]), ARGV[o+5], tonumber(ARGV[o+6]), ARGV[o+7]}
+end
+` + indexPartSrc + `
+return 1
+`
+
+// scriptHelpersSrc defines now (Redis's clock, ms), fmt, extend and many.
+const scriptHelpersSrc = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function fmt(x) return string.format('%d', x) end
+local function extend(key, ttl)
+  local cur = redis.call('PTTL', key)
+  if cur ~= -2 and cur < ttl then redis.call('PEXPIRE', key, ttl) end
+end
+local function many(cmd, key, args, k)
+  for i = 1, k, 4000 do
+    redis.call(cmd, key, unpack(args, i, math.min(i + 3999, k)))
+  end
+end
+`
+
+// indexPartSrc maintains the global indexes for the records in moved
+// ({id, member, status, ttl, deadline, version, previous status}) and
+// publishes the invalidation. Members are the records' JSON refs.
+const indexPartSrc = `
 local adds, rems, held, unheld, nh, nu = {}, {}, {}, {}, 0, 0
 local lines, nl = {}, 0
 if tv > 0 then nl = 1; lines[1] = fmt(tv) .. ' ' .. tmember end
 for j = 1, nmoved do
-  local o, olds, v = moved[j][1], moved[j][2], moved[j][3]
-  local id, mem, st, ttl, dl = ARGV[o+1], ARGV[o+2], ARGV[o+4], tonumber(ARGV[o+5]), ARGV[o+6]
+  local id, mem, st, ttl, dl, v, olds = unpack(moved[j], 1, 7)
   local expiry = now + ttl
-  if olds and olds ~= st then
+  if olds ~= '' and olds ~= st then
     local r = rems[olds] or {n = 0}
     r.n = r.n + 1; r[r.n] = mem; rems[olds] = r
   end
@@ -160,7 +205,6 @@ end
 if nh > 0 then many('ZADD', deadlines, held, nh) end
 if nu > 0 then many('ZREM', deadlines, unheld, nu) end
 if nl > 0 then redis.call('PUBLISH', channel, origin .. '\n' .. table.concat(lines, '\n')) end
-return res
 `
 
 // heartbeatScriptSrc renews this replica's marker (KEYS[1]), its liveness
@@ -213,12 +257,13 @@ return out
 
 // scripts are the Lua scripts a Store runs.
 type scripts struct {
-	write, heartbeat, claim *redis.Script
+	write, index, heartbeat, claim *redis.Script
 }
 
 func newScripts() *scripts {
 	return &scripts{
 		write:     redis.NewScript(writeScriptSrc),
+		index:     redis.NewScript(indexScriptSrc),
 		heartbeat: redis.NewScript(heartbeatScriptSrc),
 		claim:     redis.NewScript(claimScriptSrc),
 	}
@@ -315,14 +360,11 @@ func (s *Store) runWrites(ctx context.Context, mode string, groups []*threadWrit
 }
 
 // runWritesOn is runWrites on client c, its round trip bounded by budget
-// (0: the client's I/O timeouts).
-func (s *Store) runWritesOn(ctx context.Context, c *redis.Client, budget time.Duration, mode string, groups []*threadWrite) ([]writeResult, error) {
+// (0: the client's I/O timeouts). On a Redis Cluster it takes a second
+// round trip, for the global indexes (runIndexes).
+func (s *Store) runWritesOn(ctx context.Context, c redis.UniversalClient, budget time.Duration, mode string, groups []*threadWrite) ([]writeResult, error) {
 	if len(groups) == 0 {
 		return nil, nil
-	}
-	type prepared struct {
-		keys []string
-		args []any
 	}
 	preps := make([]prepared, len(groups))
 	for i, g := range groups {
@@ -334,14 +376,52 @@ func (s *Store) runWritesOn(ctx context.Context, c *redis.Client, budget time.Du
 	}
 	ctx, cancel := within(ctx, budget)
 	defer cancel()
+	cmds, err := s.evalAll(ctx, c, s.scripts.write, preps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]writeResult, len(groups))
+	moved := make([][]movedCall, len(groups))
+	for i, cmd := range cmds {
+		res, err := cmd.Slice()
+		if err != nil {
+			return nil, err
+		}
+		g := groups[i]
+		if len(res) == 3 && res[0] == int64(-1) {
+			out[i].conflict = fmt.Errorf("%w: %s is at version %d", errConflict, RefOf(g.calls[res[1].(int64)-1].call), res[2])
+			continue
+		}
+		if out[i], moved[i], err = decodeWriteReply(g, res, s.cluster); err != nil {
+			return nil, err
+		}
+	}
+	if s.cluster {
+		if err := s.runIndexes(ctx, c, groups, out, moved); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// prepared is one script call's KEYS and ARGV.
+type prepared struct {
+	keys []string
+	args []any
+}
+
+// evalAll runs script once per prepared call, all in one pipeline (on a
+// cluster, one per node, in parallel), loading the script where a node
+// does not have it.
+func (s *Store) evalAll(ctx context.Context, c redis.UniversalClient, script *redis.Script, preps []prepared) ([]*redis.Cmd, error) {
 	run := func(load bool) ([]*redis.Cmd, error) {
-		cmds := make([]*redis.Cmd, len(groups))
+		cmds := make([]*redis.Cmd, len(preps))
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, pr := range preps {
 				if load {
-					cmds[i] = s.scripts.write.Eval(ctx, p, pr.keys, pr.args...)
+					cmds[i] = script.Eval(ctx, p, pr.keys, pr.args...)
 				} else {
-					cmds[i] = s.scripts.write.EvalSha(ctx, p, pr.keys, pr.args...)
+					cmds[i] = script.EvalSha(ctx, p, pr.keys, pr.args...)
 				}
 			}
 			return nil
@@ -352,26 +432,86 @@ func (s *Store) runWritesOn(ctx context.Context, c *redis.Client, budget time.Du
 	if err != nil && isNoScript(err) {
 		cmds, err = run(true)
 	}
-	if err != nil {
-		return nil, err
+	return cmds, err
+}
+
+// movedCall is a record a write script call wrote, as a cluster's index
+// call needs it: its index in the group and the status it had before.
+type movedCall struct {
+	i    int
+	olds string
+}
+
+// decodeWriteReply reads a write script reply of g: the versions, and
+// when withMoved (not inline) the records written with their previous
+// status.
+func decodeWriteReply(g *threadWrite, res []any, withMoved bool) (writeResult, []movedCall, error) {
+	n := len(g.calls)
+	if len(res) < n+1 || (!withMoved && len(res) != n+1) || (len(res)-n-1)%2 != 0 {
+		return writeResult{}, nil, fmt.Errorf("write script answered %d values for %d calls", len(res), n)
 	}
-	out := make([]writeResult, len(groups))
-	for i, cmd := range cmds {
-		res, err := cmd.Int64Slice()
-		if err != nil {
-			return nil, err
+	vers := make([]int64, n+1)
+	for i := range vers {
+		v, ok := res[i].(int64)
+		if !ok {
+			return writeResult{}, nil, fmt.Errorf("write script answered %v as version %d", res[i], i)
 		}
-		g := groups[i]
-		if len(res) == 3 && res[0] == -1 {
-			out[i].conflict = fmt.Errorf("%w: %s is at version %d", errConflict, RefOf(g.calls[res[1]-1].call), res[2])
+		vers[i] = v
+	}
+	var moved []movedCall
+	for j := n + 1; j+1 < len(res); j += 2 {
+		i, _ := res[j].(int64)
+		olds, _ := res[j+1].(string)
+		if i < 1 || int(i) > n {
+			return writeResult{}, nil, fmt.Errorf("write script answered record %v of %d", res[j], n)
+		}
+		moved = append(moved, movedCall{int(i) - 1, olds})
+	}
+	return writeResult{vers: vers[:n], tver: vers[n]}, moved, nil
+}
+
+// runIndexes runs the index script of each group written (those without a
+// conflict), in one pipeline: on a Redis Cluster the indexes are in their
+// shard's slot, apart from the thread's.
+func (s *Store) runIndexes(ctx context.Context, c redis.UniversalClient, groups []*threadWrite, out []writeResult, moved [][]movedCall) error {
+	var preps []prepared
+	for i, g := range groups {
+		if out[i].conflict != nil || (len(moved[i]) == 0 && out[i].tver <= 0) {
 			continue
 		}
-		if len(res) != len(g.calls)+1 {
-			return nil, fmt.Errorf("write script answered %d versions for %d calls", len(res), len(g.calls))
+		shard := s.ks.shardOf(g.thread)
+		tmember, _ := json.Marshal(g.thread)
+		args := make([]any, 0, 9+7*len(moved[i]))
+		args = append(args, s.channel, s.origin, string(tmember), max(out[i].tver, 0), g.thread,
+			s.ks.statusKey(shard, ""), s.ks.idsKey(shard, ""), s.ks.deadlinesKey(shard), len(moved[i]))
+		for _, m := range moved[i] {
+			w := g.calls[m.i]
+			args = append(args, w.call.ID, member(RefOf(w.call)), string(w.call.Status), s.ttlOf(w.call).Milliseconds(),
+				approvalDeadline(w.call), out[i].vers[m.i], m.olds)
 		}
-		out[i] = writeResult{vers: res[:len(g.calls)], tver: res[len(g.calls)]}
+		preps = append(preps, prepared{[]string{s.ks.deadlinesKey(shard)}, args})
 	}
-	return out, nil
+	if len(preps) == 0 {
+		return nil
+	}
+	cmds, err := s.evalAll(ctx, c, s.scripts.index, preps)
+	if err != nil {
+		return err
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// approvalDeadline is the deadlines index score of c ("" = not held).
+func approvalDeadline(c *ToolCall) string {
+	if c.Status == StatusRequiresConfirmation && c.RequiresApprovalAt != nil {
+		return strconv.FormatInt(c.RequiresApprovalAt.UnixMilli(), 10)
+	}
+	return ""
 }
 
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
@@ -394,9 +534,14 @@ func (s *Store) writeArgs(mode string, g *threadWrite) ([]string, []any, error) 
 		}
 		tttl = s.threadTTL(g.t, with).Milliseconds()
 	}
-	args := make([]any, 0, 12+7*len(g.calls))
+	inline := "1"
+	if s.cluster {
+		inline = "0"
+	}
+	shard := s.ks.shardOf(g.thread)
+	args := make([]any, 0, 13+7*len(g.calls))
 	args = append(args, mode, s.channel, s.origin, len(g.calls), g.thread, string(tmember), tdata, tttl,
-		g.tver, statusKeyPrefix, idThreadsKeyPrefix, deadlinesKey)
+		g.tver, s.ks.statusKey(shard, ""), s.ks.idsKey(shard, ""), s.ks.deadlinesKey(shard), inline)
 	for _, w := range g.calls {
 		data, err := json.Marshal(w.call)
 		if err != nil {
@@ -406,13 +551,9 @@ func (s *Store) writeArgs(mode string, g *threadWrite) ([]string, []any, error) 
 		if w.expected >= 0 {
 			exp = strconv.FormatInt(w.expected, 10)
 		}
-		dl := ""
-		if w.call.Status == StatusRequiresConfirmation && w.call.RequiresApprovalAt != nil {
-			dl = strconv.FormatInt(w.call.RequiresApprovalAt.UnixMilli(), 10)
-		}
 		r := RefOf(w.call)
 		keys = append(keys, callKey(r))
-		args = append(args, w.call.ID, member(r), exp, string(w.call.Status), s.ttlOf(w.call).Milliseconds(), dl, data)
+		args = append(args, w.call.ID, member(r), exp, string(w.call.Status), s.ttlOf(w.call).Milliseconds(), approvalDeadline(w.call), data)
 	}
 	return keys, args, nil
 }
@@ -488,7 +629,7 @@ func (s *Store) readCalls(ctx context.Context, refs []Ref) ([]storedCall, error)
 
 // readCallsOn reads records on client c, chunk per pipeline, each round
 // trip bounded by budget (0: the client's I/O timeouts).
-func (s *Store) readCallsOn(ctx context.Context, c *redis.Client, budget time.Duration, refs []Ref, chunk int) ([]storedCall, error) {
+func (s *Store) readCallsOn(ctx context.Context, c redis.UniversalClient, budget time.Duration, refs []Ref, chunk int) ([]storedCall, error) {
 	out := make([]storedCall, 0, len(refs))
 	for len(refs) > 0 {
 		part := refs[:min(chunk, len(refs))]
@@ -511,54 +652,6 @@ func (s *Store) readCallsOn(ctx context.Context, c *redis.Client, budget time.Du
 				return nil, err
 			}
 			out = append(out, sc)
-		}
-	}
-	return out, nil
-}
-
-// listRedis returns the records indexed under f, filtered by f.
-func (s *Store) listRedis(ctx context.Context, f Filter) ([]*ToolCall, error) {
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	var refs []Ref
-	if f.ThreadID != "" {
-		ids, err := s.rdb.ZRangeByScore(ctx, threadCallsKey(f.ThreadID), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			refs = append(refs, Ref{f.ThreadID, id})
-		}
-	} else {
-		var sets []string
-		if f.Status != "" {
-			sets = []string{statusKeyPrefix + string(f.Status)}
-		} else {
-			for _, st := range statusByNumber[1:] {
-				sets = append(sets, statusKeyPrefix+string(st))
-			}
-		}
-		for _, set := range sets {
-			members, err := s.rdb.ZRangeByScore(ctx, set, &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
-			if err != nil {
-				return nil, err
-			}
-			for _, m := range members {
-				r, err := parseMember(m)
-				if err != nil {
-					return nil, err
-				}
-				refs = append(refs, r)
-			}
-		}
-	}
-	stored, err := s.readCalls(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*ToolCall, 0, len(stored))
-	for _, sc := range stored {
-		if sc.call != nil && f.match(sc.call) { // nil: expired since it was indexed
-			out = append(out, sc.call)
 		}
 	}
 	return out, nil

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 )
@@ -114,3 +115,49 @@ func parseRunMember(s string) (RunRef, error) {
 	}
 	return RunRef{ThreadID: a[0], RunID: a[1]}, nil
 }
+
+// indexShards is how many shards the global indexes are split into on a
+// Redis Cluster: each shard's keys share a hash tag of their own, so that
+// one write's index updates touch one slot, and the shards spread over the
+// masters.
+const indexShards = 16
+
+// keyspace names the keys apart from the threads': the replica registry
+// and the global indexes. On one Redis (single, sentinel) they are the
+// documented aguard:replicas, aguard:status:<STATUS>, …; on a Redis Cluster
+// the registry shares the tag {registry} (so its scripts touch one slot),
+// and each thread's index entries live in one of indexShards shards,
+// aguard:{ix<n>}:status:<STATUS>, …, chosen by the thread id.
+type keyspace struct {
+	reg    string   // registry prefix
+	shards []string // index prefixes
+}
+
+func newKeyspace(cluster bool) keyspace {
+	if !cluster {
+		return keyspace{reg: keyPrefix, shards: []string{keyPrefix}}
+	}
+	k := keyspace{reg: keyPrefix + "{registry}:"}
+	for i := range indexShards {
+		k.shards = append(k.shards, keyPrefix+"{ix"+strconv.Itoa(i)+"}:")
+	}
+	return k
+}
+
+// shardOf is the index prefix of thread's entries.
+func (k keyspace) shardOf(thread string) string {
+	if len(k.shards) == 1 {
+		return k.shards[0]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(thread))
+	return k.shards[h.Sum32()%uint32(len(k.shards))]
+}
+
+func (k keyspace) statusKey(shard string, st Status) string { return shard + "status:" + string(st) }
+func (k keyspace) idsKey(shard, id string) string           { return shard + "ids:" + id }
+func (k keyspace) deadlinesKey(shard string) string         { return shard + "deadlines" }
+func (k keyspace) replicasKey() string                      { return k.reg + "replicas" }
+func (k keyspace) markerKey(replica string) string          { return k.reg + "replica:" + replica }
+func (k keyspace) runsKey(replica string) string            { return k.reg + "runs:" + replica }
+func (k keyspace) recoveringKey() string                    { return k.reg + "recovering" }

@@ -54,7 +54,7 @@ func (s *Store) RunStarted(ctx context.Context, r RunRef) {
 		s.markRunsDirty()
 		return
 	}
-	key := runsKeyPrefix + s.origin
+	key := s.ks.runsKey(s.origin)
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.HSet(ctx, key, runMember(r), "live")
 		p.PExpire(ctx, key, s.opt.TTL)
@@ -86,7 +86,7 @@ func (s *Store) RunEnded(ctx context.Context, r RunRef) {
 		s.markRunsDirty()
 		return
 	}
-	if err := s.rdb.HDel(ctx, runsKeyPrefix+s.origin, runMember(r)).Err(); err != nil {
+	if err := s.rdb.HDel(ctx, s.ks.runsKey(s.origin), runMember(r)).Err(); err != nil {
 		s.markRunsDirty()
 		if s.unreachable(ctx, err) {
 			s.setDown(err)
@@ -117,7 +117,7 @@ func (s *Store) syncRuns(ctx context.Context) error {
 		fields = append(fields, runMember(r), "lost "+dead)
 	}
 	s.runs.mu.Unlock()
-	key := runsKeyPrefix + s.origin
+	key := s.ks.runsKey(s.origin)
 	_, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.Del(ctx, key)
 		if len(fields) > 0 {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +16,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Errors a Store reports. Compare with errors.Is; the returned errors wrap
@@ -80,6 +78,9 @@ type Options struct {
 	// syntax, query options included). Empty: records live in this process
 	// only, and are lost on exit.
 	RedisURL string
+	// RedisMode says how RedisURL names Redis: ModeSingle (the default),
+	// ModeSentinel or ModeCluster; see those constants for each URL's form.
+	RedisMode string
 	// CacheSize is the number of records the LRU holds, and separately the
 	// number of threads (default 100_000). It also bounds the protected set:
 	// held approvals, pending calls and the threads listing them are kept
@@ -161,12 +162,14 @@ type Store struct {
 	localMu sync.Mutex    // serialises read-modify-write on memory-only data
 
 	// Redis; all nil in memory-only mode.
-	rdb *redis.Client
+	rdb redis.UniversalClient
 	// bulk is a second client for operations whose size a request sets
 	// (ReadThread, ApplyAnswers over many calls): its commands are bounded
 	// by a deadline that grows with their size (bulkDeadline), not by the
 	// I/O timeouts of rdb, which a big but healthy round trip would exceed.
-	bulk    *redis.Client
+	bulk    redis.UniversalClient
+	cluster bool     // rdb is a Redis Cluster's client
+	ks      keyspace // names of the keys apart from the threads'
 	scripts *scripts
 	ps      *redis.PubSub
 	origin  string // this Store's replica id
@@ -235,18 +238,23 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.lossHold <= 0 {
 		opt.lossHold = defaultLossHold
 	}
-	var ro *redis.Options
+	var rc *redisClients
 	if opt.RedisURL != "" {
 		var err error
-		if ro, err = parseRedisURL(opt.RedisURL); err != nil {
+		if rc, err = newRedisClients(opt.RedisMode, opt.RedisURL); err != nil {
 			return nil, err
 		}
+	} else if _, err := ParseRedisMode(opt.RedisMode); err != nil {
+		return nil, err
 	}
 	// The gauge of approvals reads the store, which is built below and
 	// registered (Registerer) before anyone can scrape it.
 	var s *Store
 	met, err := newMetrics(opt.Registerer, func() float64 { return float64(s.approvalsAwaiting()) })
 	if err != nil {
+		if rc != nil {
+			_ = errors.Join(rc.rdb.Close(), rc.bulk.Close())
+		}
 		return nil, err
 	}
 	calls, err := lru.New[Ref, *callEntry](opt.CacheSize)
@@ -280,20 +288,16 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		stop:     make(chan struct{}),
 	}
 	s.runs.init()
-	s.loss.evicted = -1
 	s.met.protectedMax.Set(float64(opt.CacheSize))
-	if ro == nil {
+	if rc == nil {
 		s.wg.Add(1)
 		go s.runSweeper()
 		return s, nil
 	}
-	s.channel = invalidateChannel + strconv.Itoa(ro.DB)
+	s.channel = invalidateChannel + strconv.Itoa(rc.db)
 	s.scripts = newScripts()
-	s.rdb = redis.NewClient(ro)
-	bo := *ro
-	bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled = bulkIOTimeout, bulkIOTimeout, true
-	bo.PoolSize = 4
-	s.bulk = redis.NewClient(&bo)
+	s.rdb, s.bulk, s.cluster = rc.rdb, rc.bulk, rc.cluster
+	s.ks = newKeyspace(rc.cluster)
 	for _, h := range opt.Hooks {
 		s.rdb.AddHook(h)
 		s.bulk.AddHook(h)
@@ -317,42 +321,6 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	go s.runMonitor()
 	go s.runSweeper()
 	return s, nil
-}
-
-// parseRedisURL parses u with go-redis and applies aguard's defaults: short
-// timeouts and a single retry, since the Store's queue does the retrying.
-// The URL is echoed in errors with its password redacted.
-func parseRedisURL(u string) (*redis.Options, error) {
-	shown := "(unparsable)"
-	if pu, err := url.Parse(u); err == nil {
-		shown = pu.Redacted()
-	} else {
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return nil, fmt.Errorf("state: malformed redis url: %w", err)
-	}
-	ro, err := redis.ParseURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("state: redis url %s: %w", shown, err)
-	}
-	if ro.DialTimeout == 0 {
-		ro.DialTimeout = redisIOTimeout
-	}
-	if ro.ReadTimeout == 0 {
-		ro.ReadTimeout = redisIOTimeout
-	}
-	if ro.WriteTimeout == 0 {
-		ro.WriteTimeout = redisIOTimeout
-	}
-	if ro.MaxRetries == 0 {
-		ro.MaxRetries = 1
-	}
-	ro.DialerRetries = 1      // go-redis would otherwise spend 5 dials and 400 ms per command on a dead server
-	ro.DisableIdentity = true // CLIENT SETINFO needs Redis 7.2
-	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return ro, nil
 }
 
 // Ready reports whether the Store can serve, which it always can: ok is
@@ -402,7 +370,7 @@ func (s *Store) Close() error {
 // a small one; for a large one the bulk client, with redisIOTimeout and
 // bulkPerRecord more per record (60,000 records: a minute). The bound is
 // there for a Redis that hangs; a healthy one answers well within it.
-func (s *Store) client(n int) (*redis.Client, time.Duration) {
+func (s *Store) client(n int) (redis.UniversalClient, time.Duration) {
 	if n < bulkThreshold {
 		return s.rdb, 0
 	}

@@ -68,18 +68,24 @@ func (s *Store) fireDeadlines(ctx context.Context, now time.Time) {
 		}
 		s.cacheMu.Unlock()
 	case s.up.Load():
-		members, err := s.rdb.ZRangeByScore(ctx, deadlinesKey, &redis.ZRangeBy{
-			Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: sweepBatch}).Result()
+		keys := make([]string, len(s.ks.shards))
+		for i, shard := range s.ks.shards {
+			keys[i] = s.ks.deadlinesKey(shard)
+		}
+		members, err := s.indexMembers(ctx, keys, &redis.ZRangeBy{
+			Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: sweepBatch})
 		if err != nil {
 			if s.unreachable(ctx, err) {
 				s.setDown(err)
 			}
 			return
 		}
-		for _, m := range members {
+		for _, m := range members[:min(len(members), sweepBatch)] {
 			r, err := parseMember(m)
 			if err != nil {
-				s.rdb.ZRem(ctx, deadlinesKey, m)
+				for _, k := range keys {
+					s.rdb.ZRem(ctx, k, m)
+				}
 				continue
 			}
 			due = append(due, r)
@@ -93,7 +99,7 @@ func (s *Store) fireDeadlines(ctx context.Context, now time.Time) {
 			s.log.Info("approval timed out", "threadId", r.ThreadID, "toolCallId", r.ID, "requiresApprovalAt", c.RequiresApprovalAt)
 			s.ended(c)
 		case errors.Is(err, ErrNotFound) && s.rdb != nil:
-			s.rdb.ZRem(ctx, deadlinesKey, member(r)) // the record expired
+			s.rdb.ZRem(ctx, s.ks.deadlinesKey(s.ks.shardOf(r.ThreadID)), member(r)) // the record expired
 		case errors.Is(err, ErrTransition):
 			// Decided or expired meanwhile, by this replica or another.
 		default:
@@ -112,9 +118,9 @@ func (s *Store) ended(c *ToolCall) {
 // recoverLostRuns claims the runs of dead replicas and ends their open
 // calls.
 func (s *Store) recoverLostRuns(ctx context.Context, now time.Time) {
-	mine := runsKeyPrefix + s.origin
-	got, err := s.scripts.claim.Eval(ctx, s.rdb, []string{replicasKey, mine},
-		s.origin, s.opt.liveness.Milliseconds(), runsKeyPrefix, s.opt.TTL.Milliseconds()).StringSlice()
+	mine := s.ks.runsKey(s.origin)
+	got, err := s.scripts.claim.Eval(ctx, s.rdb, []string{s.ks.replicasKey(), mine},
+		s.origin, s.opt.liveness.Milliseconds(), s.ks.runsKey(""), s.opt.TTL.Milliseconds()).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		if s.unreachable(ctx, err) {
 			s.setDown(err)

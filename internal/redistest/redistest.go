@@ -8,11 +8,13 @@ package redistest
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -28,6 +30,7 @@ type Server struct {
 	bin  string
 	dir  string
 	port int
+	args []string // more redis-server arguments
 
 	mu     sync.Mutex
 	proc   *os.Process // nil while stopped
@@ -40,23 +43,42 @@ type Server struct {
 // come up, and stops the server at test cleanup.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
+	s, err := launch(tb, tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Stop)
+	return s
+}
+
+// launch starts a redis-server with args on a free loopback port, in dir.
+// tb is kept for Restart's failures only.
+func launch(tb testing.TB, dir string, args ...string) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		tb.Fatal("redis-server not found; the test command installs it (apt-get install -y redis-server)")
+		return nil, errors.New("redis-server not found; the test command installs it (apt-get install -y redis-server)")
 	}
-	s := &Server{tb: tb, bin: bin, dir: tb.TempDir()}
+	s := &Server{tb: tb, bin: bin, dir: dir}
 	var lastErr error
 	for range 5 { // another process may take the free port before redis binds it
 		if s.port, err = freePort(); err != nil {
-			tb.Fatalf("redistest: find a free port: %v", err)
+			return nil, fmt.Errorf("redistest: find a free port: %w", err)
+		}
+		s.args = args
+		if len(args) > 0 && args[0] == "--cluster-enabled" {
+			// The cluster bus needs a port of its own, free too.
+			bus, err := freePort()
+			if err != nil {
+				return nil, fmt.Errorf("redistest: find a free port: %w", err)
+			}
+			s.args = append(slices.Clone(args), "--cluster-port", strconv.Itoa(bus),
+				"--cluster-config-file", fmt.Sprintf("nodes-%d.conf", s.port))
 		}
 		if lastErr = s.start(); lastErr == nil {
-			tb.Cleanup(s.Stop)
-			return s
+			return s, nil
 		}
 	}
-	tb.Fatalf("redistest: %v", lastErr)
-	return nil
+	return nil, fmt.Errorf("redistest: %w", lastErr)
 }
 
 // URL is the server's address as a redis:// URL (database 0).
@@ -102,10 +124,11 @@ func (s *Server) start() error {
 	defer s.mu.Unlock()
 	s.n++
 	logPath := filepath.Join(s.dir, fmt.Sprintf("redis-%d-%d.log", s.port, s.n))
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port),
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
-		"--dir", s.dir, "--logfile", logPath)
+		"--dir", s.dir, "--logfile", logPath}, s.args...)
+	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
