@@ -43,6 +43,7 @@ type Config struct {
 	OPAConfig           string
 	ApprovalTimeout     time.Duration
 	Redis               string
+	RedisMode           string
 	LedgerCache         int
 	LedgerProtected     int64
 	ClientToolTimeout   time.Duration
@@ -159,6 +160,15 @@ var Flags = []Flag{
 			}
 			c.Redis = v
 			return nil
+		}},
+	{"redis-mode", "single", "how --redis names Redis: single (one server, parsed by go-redis's ParseURL), sentinel (the sentinels, with ?master_name=…&addr=…; ParseFailoverURL) or cluster (seed nodes of a Redis Cluster, with ?addr=…; ParseClusterURL)",
+		func(c *Config, v string) error {
+			switch v {
+			case "single", "sentinel", "cluster":
+				c.RedisMode = v
+				return nil
+			}
+			return fmt.Errorf("want single, sentinel or cluster, got %q", v)
 		}},
 	{"ledger-cache", "100000", "tool-call records the ledger keeps in memory, and as many threads; past it the oldest are evicted (read back from Redis when needed; gone without --redis). Held approvals and pending calls are kept apart, never evicted, up to as many again",
 		func(c *Config, v string) error {

@@ -110,7 +110,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	// (approvals past their deadline, calls of runs lost with a replica)
 	// get their webhook like any other.
 	store, err := state.Open(ctx, state.Options{
-		RedisURL: cfg.Redis, CacheSize: cfg.LedgerCache, ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
+		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, CacheSize: cfg.LedgerCache, ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
 		OnEnd: func(c *state.ToolCall) { hooks.Notify(webhook.TypeToolCallCompleted, c) },
 	})
 	if err != nil {
