@@ -154,3 +154,16 @@ func (s *Store) masterInfo(ctx context.Context) (map[string]int64, error) {
 	})
 	return out, err
 }
+
+// NewRedisClient returns a client on the Redis that u names in mode
+// (ModeSingle, ModeSentinel, ModeCluster), parsed and configured as a
+// Store's, for other parts of aguard that share that Redis (webhook
+// deliveries). The caller closes it.
+func NewRedisClient(mode, u string) (redis.UniversalClient, error) {
+	rc, err := newRedisClients(mode, u)
+	if err != nil {
+		return nil, err
+	}
+	_ = rc.bulk.Close()
+	return rc.rdb, nil
+}

@@ -51,12 +51,12 @@ const (
 
 // lossState is what a Store knows of Redis's data losses. Guarded by mu.
 type lossState struct {
-	mu       sync.Mutex
+	mu     sync.Mutex
 	marker bool // the marker was written since Open: its absence now means a loss
 	// masters is each master's run_id as last seen, with its evicted_keys
 	// (-1 unknown); nil before the first beat. One entry on one Redis, one
 	// per master on a cluster.
-	masters map[string]int64
+	masters  map[string]int64
 	detected time.Time
 	cause    lossCause
 	suspect  bool // a protected entry was found absent: classify at the next beat

@@ -70,17 +70,25 @@ func (n *Notifier) next(t *target) *delivery {
 // the cost. Redirects are not followed by the default client, so a 3xx is
 // retried too.
 func (n *Notifier) deliver(t *target, d *delivery) {
+	if !n.deliverTouching(n.stopCtx, t, d, nil) {
+		n.aborted.Add(1) // Close gave up; it counts this one
+	}
+}
+
+// deliverTouching is deliver until stop is done, calling touch (when set)
+// before each wait between attempts and at least every third of the claim
+// idle time while waiting. It reports false when stop ended it unsent.
+func (n *Notifier) deliverTouching(stop context.Context, t *target, d *delivery, touch func()) bool {
 	for attempt := 1; ; attempt++ {
-		status, retryAfter, err := n.attempt(t, d)
+		status, retryAfter, err := n.attempt(stop, t, d)
 		if err == nil && status >= 200 && status < 300 {
 			n.m.attempts.WithLabelValues(attemptOK).Inc()
 			n.m.deliveries.WithLabelValues(deliveryDelivered).Inc()
 			n.resumed(t)
-			return
+			return true
 		}
-		if n.stopCtx.Err() != nil {
-			n.aborted.Add(1) // Close gave up; it counts this one
-			return
+		if stop.Err() != nil {
+			return false
 		}
 		result := attemptStatus
 		if err != nil {
@@ -93,7 +101,7 @@ func (n *Notifier) deliver(t *target, d *delivery) {
 			n.m.deliveries.WithLabelValues(deliveryFailed).Inc()
 			n.log.Warn("webhook: delivery failed; giving up", "url", t.label, "type", d.event,
 				"delivery", d.id, "attempts", attempt, "err", err)
-			return
+			return true
 		}
 		wait := n.backoff(attempt)
 		if retryAfter > wait {
@@ -101,13 +109,20 @@ func (n *Notifier) deliver(t *target, d *delivery) {
 		}
 		n.log.Debug("webhook: attempt failed; will retry", "url", t.label, "type", d.event,
 			"delivery", d.id, "attempt", attempt, "wait_seconds", wait.Seconds(), "err", err)
-		timer := time.NewTimer(wait)
-		select {
-		case <-timer.C:
-		case <-n.stopCtx.Done():
-			timer.Stop()
-			n.aborted.Add(1)
-			return
+		for wait > 0 {
+			step := wait
+			if touch != nil {
+				touch()
+				step = min(wait, n.claimIdle/3)
+			}
+			timer := time.NewTimer(step)
+			select {
+			case <-timer.C:
+			case <-stop.Done():
+				timer.Stop()
+				return false
+			}
+			wait -= step
 		}
 	}
 }
@@ -126,8 +141,8 @@ func (n *Notifier) resumed(t *target) {
 
 // attempt POSTs d to t once, signed now. It returns the answer's status
 // and Retry-After, or the error that prevented an answer.
-func (n *Notifier) attempt(t *target, d *delivery) (status int, retryAfter time.Duration, err error) {
-	ctx, cancel := context.WithTimeout(n.stopCtx, n.timeout)
+func (n *Notifier) attempt(stop context.Context, t *target, d *delivery) (status int, retryAfter time.Duration, err error) {
+	ctx, cancel := context.WithTimeout(stop, n.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(d.body))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/aguard/aguard/state"
 )
@@ -103,6 +104,15 @@ type Options struct {
 	// Now stamps created_at and the signature timestamps (default
 	// time.Now). Waits between attempts use the real clock.
 	Now func() time.Time
+	// Redis, when set, holds the deliveries waiting for each URL, shared
+	// by every replica on that Redis (see stream.go): a delivery queued by
+	// a replica that dies is delivered by another. The Notifier does not
+	// close it.
+	Redis redis.UniversalClient
+	// ClaimIdle is how long a delivery in Redis may sit unclaimed in the
+	// hands of a replica that stopped renewing it before another replica
+	// takes it over (default 15s).
+	ClaimIdle time.Duration
 }
 
 // Notifier sends webhook events to the configured URLs. Its methods are
@@ -123,9 +133,17 @@ type Notifier struct {
 
 	stopCtx context.Context    // canceled when Close gives up: attempts abort
 	stop    context.CancelFunc // cancels stopCtx
-	wg      sync.WaitGroup     // the delivery goroutines
-	done    chan struct{}      // closed when they have all returned
-	aborted atomic.Int64       // deliveries abandoned in flight by stop
+
+	// With Options.Redis (stream.go).
+	rdb            redis.UniversalClient
+	consumer       string
+	claimIdle      time.Duration
+	streamCtx      context.Context    // canceled when Close begins: deliveries in Redis stay there
+	streamStop     context.CancelFunc // cancels streamCtx
+	redisSkipUntil atomic.Int64       // Unix ns: until then, queue in memory only
+	wg             sync.WaitGroup     // the delivery goroutines
+	done           chan struct{}      // closed when they have all returned
+	aborted        atomic.Int64       // deliveries abandoned in flight by stop
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -139,6 +157,7 @@ type target struct {
 	size  int           // queue bound
 	bytes int64         // queue bound in bytes
 	wake  chan struct{} // capacity 1: something was queued, or closed was set
+	keys  []string      // its stream and byte counter in Redis
 
 	mu     sync.Mutex
 	queue  []*delivery // waiting, oldest first
@@ -210,6 +229,9 @@ func New(opt Options) (*Notifier, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.ClaimIdle <= 0 {
+		opt.ClaimIdle = defaultClaimIdle
+	}
 	key, err := ParseSecret(opt.Secret)
 	if err != nil {
 		return nil, err
@@ -238,10 +260,16 @@ func New(opt Options) (*Notifier, error) {
 		n.log.Warn("webhook: no secret configured; deliveries are sent unsigned", "urls", len(targets))
 	}
 	n.stopCtx, n.stop = context.WithCancel(context.Background())
+	n.streamCtx, n.streamStop = context.WithCancel(n.stopCtx)
+	n.rdb, n.claimIdle, n.consumer = opt.Redis, opt.ClaimIdle, newConsumerID()
 	for _, t := range targets {
-		t.size, t.bytes = opt.QueueSize, opt.QueueBytes
+		t.size, t.bytes, t.keys = opt.QueueSize, opt.QueueBytes, streamKeys(t.url)
 		n.wg.Add(1)
 		go n.run(t)
+		if n.rdb != nil {
+			n.wg.Add(1)
+			go n.runStream(t)
+		}
 	}
 	return n, nil
 }
@@ -327,7 +355,10 @@ func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
 	}
 	id := newMessageID()
 	for _, t := range n.targets {
-		n.enqueue(t, &delivery{id: id, event: eventType, body: body})
+		d := &delivery{id: id, event: eventType, body: body}
+		if n.rdb == nil || !n.streamEnqueue(t, d) {
+			n.enqueue(t, d)
+		}
 	}
 }
 
@@ -431,6 +462,7 @@ func newMessageID() string {
 func (n *Notifier) Close(ctx context.Context) error {
 	n.closeOnce.Do(func() {
 		n.closing.Store(true)
+		n.streamStop() // what waits in Redis stays there, for any replica
 		for _, t := range n.targets {
 			t.mu.Lock()
 			t.closed = true

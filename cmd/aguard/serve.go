@@ -22,6 +22,7 @@ import (
 	"github.com/aguard/aguard/webhook"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 )
 
 // serve runs the proxy until ctx is done (SIGTERM), then drains.
@@ -65,6 +66,15 @@ type running struct {
 	adminAddr net.Addr
 	log       *slog.Logger
 	serveErr  chan error
+	// hooksRedis holds the webhook deliveries (nil without Redis).
+	hooksRedis redis.UniversalClient
+}
+
+// closeRedis closes c, if any.
+func closeRedis(c redis.UniversalClient) {
+	if c != nil {
+		_ = c.Close()
+	}
 }
 
 func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*running, error) {
@@ -92,8 +102,18 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	if err != nil {
 		return nil, err
 	}
-	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, QueueBytes: cfg.WebhookQueueBytes, Logger: log, Registerer: reg})
+	// With Redis, webhook deliveries wait in it, for whichever replica is
+	// alive to deliver.
+	var hooksRedis redis.UniversalClient
+	if cfg.Redis != "" && len(cfg.Webhooks) > 0 {
+		if hooksRedis, err = state.NewRedisClient(cfg.RedisMode, cfg.Redis); err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+	}
+	hooks, err := webhook.New(webhook.Options{URLs: cfg.Webhooks, Secret: cfg.WebhookSecret, QueueBytes: cfg.WebhookQueueBytes,
+		Logger: log, Registerer: reg, Redis: hooksRedis})
 	if err != nil {
+		closeRedis(hooksRedis)
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
 	authn, err := newAuthenticator(ctx, cfg, log, reg)
@@ -116,6 +136,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	if err != nil {
 		hooks.Close(context.Background())
 		closeAuth(authn)
+		closeRedis(hooksRedis)
 		return nil, fmt.Errorf("state: %w", err)
 	}
 	routes := make([]proxy.Route, len(cfg.Routes))
@@ -165,7 +186,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		return nil, fmt.Errorf("admin listener: %w", err)
 	}
 	r := &running{
-		proxy: p, authn: authn, policy: engine, store: store, hooks: hooks, traces: traces, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
+		proxy: p, authn: authn, policy: engine, store: store, hooks: hooks, hooksRedis: hooksRedis, traces: traces, log: log, addr: ln.Addr(), adminAddr: adminLn.Addr(), serveErr: make(chan error, 2),
 		admin: &http.Server{
 			Handler: admin.Handler(admin.Options{
 				Reviewers: reviewers,
@@ -213,6 +234,7 @@ func (r *running) shutdown(timeout time.Duration) error {
 	if herr := r.hooks.Close(hctx); herr != nil {
 		r.log.Warn("webhook deliveries left unsent at shutdown", "err", herr)
 	}
+	closeRedis(r.hooksRedis)
 	if serr := r.store.Close(); serr != nil {
 		r.log.Warn("closing the ledger", "err", serr)
 	}
