@@ -14,12 +14,13 @@ echo "== installing test dependencies"
 go mod download
 npm ci --prefix interop --no-audit --no-fund --loglevel=error
 # The ledger's tests start throwaway redis-server processes of their own
-# (internal/redistest); only the binary is needed.
-if ! command -v redis-server >/dev/null 2>&1; then
+# (internal/redistest), a Redis Cluster of them (redis-cli --cluster
+# create) and redis-sentinel processes; only the binaries are needed.
+if ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-sentinel >/dev/null 2>&1; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo=sudo
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server redis-sentinel >/dev/null
 fi
 # The admin approvals page's test (admin/ui_test.go) drives it in headless
 # Chromium through chromedp; only the binary is needed.

@@ -53,11 +53,20 @@
 //	aguard:invalidate:<db>           pub/sub, one message per write: "<origin>" then
 //	                                        "<version> <member>" per record or thread written
 //
+// On a Redis Cluster (Options.RedisMode ModeCluster) the keys apart from
+// the threads' are laid out for slots (see keyspace): the registry's keys
+// share the tag {registry} (aguard:{registry}:replicas, …:replica:<id>,
+// …:runs:<id>, …:recovering), and the global indexes are split into 16
+// shards, aguard:{ix<n>}:status:<STATUS>, …:ids:<callId>, …:deadlines, a
+// thread's entries in the shard its id hashes to. Lists read every shard in
+// one pipeline.
+//
 // Every write of records and a thread is one Lua script call per thread:
 // one round trip, atomic, whatever it carries. Its KEYS are that thread's
 // keys only (one slot); the part that maintains the global indexes is
-// separate in the script and reads only what the thread part computed, so
-// a Cluster mode can run it as a call of its own. A record's version grows
+// separate in the script and reads only what the thread part computed: on
+// a Redis Cluster it runs as a call of its own on the shard's slot, a
+// second round trip. A record's version grows
 // with every write and is never below the time in ms, so that a write made
 // after a data loss is newer than any copy from before it. Compare-and-set
 // (Apply, ApplyAnswers) checks the version read.

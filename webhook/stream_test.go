@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -67,13 +68,9 @@ func TestDeliveriesQueuedInRedisByAStoppedReplicaAreDeliveredByAnother(t *testin
 	for i := range 5 {
 		a.Notify(TypeToolCallStarted, testCall("c"+strconv.Itoa(i)))
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for metric(t, regA, "aguard_webhook_attempts_total", "error") < 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("replica A never tried the receiver")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.For(t, "replica A to try the receiver", func() bool {
+		return metric(t, regA, "aguard_webhook_attempts_total", "error") >= 1
+	})
 	// A stops: what it holds stays in Redis, pending in its name.
 	if err := closeNow(t, a, 2*time.Second); err != nil {
 		t.Fatalf("Close A: %v", err)
@@ -108,17 +105,11 @@ func TestDeliveriesQueuedInRedisByAStoppedReplicaAreDeliveredByAnother(t *testin
 	if want := []string{"c0", "c1", "c2", "c3", "c4"}; !slices.Equal(calls, want) {
 		t.Errorf("delivered calls %v, want %v", calls, want)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	await.For(t, "the delivered entries and their bytes to leave the stream", func() bool {
 		n, _ := rdb.XLen(context.Background(), keys[0]).Result()
 		b, _ := rdb.Get(context.Background(), keys[1]).Int()
-		if n == 0 && b == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after delivery the stream holds %d entries and %d bytes", n, b)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return n == 0 && b == 0
+	})
 }
 
 // TestTheByteBudgetBoundsTheStreamAcrossReplicas pins QueueBytes with

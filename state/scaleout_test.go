@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
 
@@ -19,7 +21,7 @@ func openClusterStore(t testing.TB, c *redistest.Cluster, opt Options) *Store {
 	t.Helper()
 	opt.RedisURL, opt.RedisMode = c.URL(), ModeCluster
 	s := openStore(t, opt)
-	eventually(t, "the invalidation subscription to go live", s.subLive.Load)
+	await.For(t, "the invalidation subscription to go live", s.subLive.Load)
 	return s
 }
 
@@ -105,7 +107,7 @@ func TestTheLedgerWorksAcrossTheMastersOfARedisCluster(t *testing.T) {
 	if _, err := a.update(ctx, Ref{"thread-1", "done"}, func(c *ToolCall) error { c.ApprovedBy = "auditor"; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B to see A's rewrite of a terminal call", func() bool {
+	await.For(t, "B to see A's rewrite of a terminal call", func() bool {
 		return mustGet(t, b, "thread-1", "done").ApprovedBy == "auditor"
 	})
 
@@ -125,7 +127,7 @@ func TestTheLedgerWorksAcrossTheMastersOfARedisCluster(t *testing.T) {
 
 	// A replica that leaves with a run open: the other ends its calls.
 	gone := openClusterStore(t, c, Options{})
-	eventually(t, "the first heartbeat", gone.markerSet)
+	await.For(t, "the first heartbeat", gone.markerSet)
 	run := RunRef{ThreadID: "thread-k", RunID: "run-1"}
 	gone.RunStarted(ctx, run)
 	mustPut(t, gone, newCall("open", "thread-k", StatusPending, t0))
@@ -140,8 +142,9 @@ func TestTheLedgerWorksAcrossTheMastersOfARedisCluster(t *testing.T) {
 // each of its threads, a worker records a call and the thread listing it
 // pending through one replica (as a RUN_FINISHED does), then completes it
 // through the other (the next run's answer, a compare-and-set). It returns
-// per thread the number of calls it made.
-func ledgerTraffic(t *testing.T, a, b *Store, threads []string, stop <-chan struct{}) func() map[string]int {
+// per thread the number of calls it made, and counts the calls done in
+// done.
+func ledgerTraffic(t *testing.T, a, b *Store, threads []string, stop <-chan struct{}, done *atomic.Int64) func() map[string]int {
 	ctx := context.Background()
 	made := make(map[string]int, len(threads))
 	var mu sync.Mutex
@@ -181,6 +184,7 @@ func ledgerTraffic(t *testing.T, a, b *Store, threads []string, stop <-chan stru
 				mu.Lock()
 				made[th] = k + 1
 				mu.Unlock()
+				done.Add(1)
 			}
 		})
 	}
@@ -193,12 +197,12 @@ func ledgerTraffic(t *testing.T, a, b *Store, threads []string, stop <-chan stru
 // checkNothingLost waits until both replicas have written everything they
 // queued, then reads every call and thread through a fresh replica: every
 // call completed, every thread listing its last call as pending.
-func checkNothingLost(t *testing.T, c *redistest.Cluster, made map[string]int, stores ...*Store) {
+func checkNothingLost(t *testing.T, open func() *Store, made map[string]int, stores ...*Store) {
 	t.Helper()
 	for _, s := range stores {
-		eventually(t, "the replicas' queues to drain", func() bool { return s.up.Load() && s.qlen.Load() == 0 })
+		await.For(t, "the replicas' queues to drain", func() bool { return s.up.Load() && s.qlen.Load() == 0 })
 	}
-	fresh := openClusterStore(t, c, Options{})
+	fresh := open()
 	ctx := context.Background()
 	total := 0
 	for th, n := range made {
@@ -232,7 +236,8 @@ func TestAClusterFailoverDuringRunsLosesNothing(t *testing.T) {
 		t.Fatalf("the threads live on %d masters, want several", n)
 	}
 	stop := make(chan struct{})
-	wait := ledgerTraffic(t, a, b, threads, stop)
+	var done atomic.Int64
+	wait := ledgerTraffic(t, a, b, threads, stop, &done)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(stop) }); wait() })
 
@@ -248,9 +253,10 @@ func TestAClusterFailoverDuringRunsLosesNothing(t *testing.T) {
 	}
 	c.Failover(t, replica)
 	t.Logf("slot %d failed over from %s to %s during the runs", slot, old.Addr(), replica.Addr())
-	time.Sleep(300 * time.Millisecond) // let runs go on against the new master
+	after := done.Load()
+	await.For(t, "runs to go on against the new master", func() bool { return done.Load() >= after+50 })
 	once.Do(func() { close(stop) })
-	checkNothingLost(t, c, wait(), a, b)
+	checkNothingLost(t, func() *Store { return openClusterStore(t, c, Options{}) }, wait(), a, b)
 }
 
 // TestReshardingAThreadsSlotDuringRunsLosesNothing moves the slot one
@@ -262,7 +268,8 @@ func TestReshardingAThreadsSlotDuringRunsLosesNothing(t *testing.T) {
 	b := openClusterStore(t, c, Options{})
 	threads := []string{"r-0", "r-1", "r-2", "r-3"}
 	stop := make(chan struct{})
-	wait := ledgerTraffic(t, a, b, threads, stop)
+	var done atomic.Int64
+	wait := ledgerTraffic(t, a, b, threads, stop, &done)
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(stop) }); wait() })
 
@@ -283,7 +290,7 @@ func TestReshardingAThreadsSlotDuringRunsLosesNothing(t *testing.T) {
 	srcc, dstc := c.Node(t, src), c.Node(t, dst)
 	srcID, _ := srcc.Do(ctx, "CLUSTER", "MYID").Text()
 	dstID, _ := dstc.Do(ctx, "CLUSTER", "MYID").Text()
-	eventually(t, "keys of the thread on its master", func() bool {
+	await.For(t, "keys of the thread on its master", func() bool {
 		n, _ := srcc.Do(ctx, "CLUSTER", "COUNTKEYSINSLOT", slot).Int()
 		return n >= 3
 	})
@@ -317,7 +324,36 @@ func TestReshardingAThreadsSlotDuringRunsLosesNothing(t *testing.T) {
 	if m, _ := c.MasterOf(t, int(slot)); m != dst {
 		t.Fatalf("slot %d is served by %s after the move", slot, m.Addr())
 	}
-	time.Sleep(300 * time.Millisecond) // let runs go on against the new owner
+	after := done.Load()
+	await.For(t, "runs to go on against the slot's new owner", func() bool { return done.Load() >= after+50 })
 	once.Do(func() { close(stop) })
-	checkNothingLost(t, c, wait(), a, b)
+	checkNothingLost(t, func() *Store { return openClusterStore(t, c, Options{}) }, wait(), a, b)
+}
+
+// TestASentinelFailoverDuringRunsLosesNothing runs the ledger on a primary
+// found through three real redis-sentinel processes (--redis-mode
+// sentinel) and fails it over with SENTINEL FAILOVER during runs.
+func TestASentinelFailoverDuringRunsLosesNothing(t *testing.T) {
+	ss := redistest.StartSentinels(t)
+	open := func() *Store {
+		s := openStore(t, Options{RedisURL: ss.URL(), RedisMode: ModeSentinel})
+		await.For(t, "the invalidation subscription to go live", s.subLive.Load)
+		return s
+	}
+	a, b := open(), open()
+	threads := []string{"s-0", "s-1", "s-2", "s-3"}
+	stop := make(chan struct{})
+	var done atomic.Int64
+	wait := ledgerTraffic(t, a, b, threads, stop, &done)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(stop) }); wait() })
+	await.For(t, "runs before the failover", func() bool { return done.Load() >= 50 })
+
+	old := ss.Primary.Addr()
+	ss.Failover(t)
+	t.Logf("sentinels failed the primary over from %s to %s during the runs", old, ss.Primary.Addr())
+	after := done.Load()
+	await.Within(t, 30*time.Second, "runs to go on against the new primary", func() bool { return done.Load() >= after+50 })
+	once.Do(func() { close(stop) })
+	checkNothingLost(t, open, wait(), a, b)
 }
