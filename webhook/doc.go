@@ -9,6 +9,12 @@
 // a receiver dedupes on webhook-id, which is the same on every attempt of
 // one event and for every URL it goes to.
 //
+// With Options.Redis, the deliveries waiting for each URL are kept in a
+// Redis Stream that every replica reads through one consumer group, so that
+// a delivery queued by a replica that dies is delivered by another (see
+// stream.go); without it, or while Redis does not answer, they wait in this
+// process's memory.
+//
 // Requests follow Standard Webhooks (https://www.standardwebhooks.com):
 //
 //	Content-Type: application/json
