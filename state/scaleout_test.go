@@ -350,10 +350,23 @@ func TestASentinelFailoverDuringRunsLosesNothing(t *testing.T) {
 	await.For(t, "runs before the failover", func() bool { return done.Load() >= 50 })
 
 	old := ss.Primary.Addr()
+	failedOver := time.Now()
 	ss.Failover(t)
 	t.Logf("sentinels failed the primary over from %s to %s during the runs", old, ss.Primary.Addr())
 	after := done.Load()
 	await.Within(t, 30*time.Second, "runs to go on against the new primary", func() bool { return done.Load() >= after+50 })
 	once.Do(func() { close(stop) })
+	// Writes the old primary took after the sentinels promoted its replica
+	// are gone once it follows the new one: each replica sees the new
+	// primary's run_id, counts a loss and writes back what it holds.
+	for _, s := range []*Store{a, b} {
+		await.For(t, "each replica to see the failover and write back", func() bool {
+			s.loss.mu.Lock()
+			defer s.loss.mu.Unlock()
+			return s.loss.detected.After(failedOver) && s.loss.cause == causeRestart && !s.loss.pending && !s.loss.writing
+		})
+	}
+	written := func(s *Store) int { s.loss.mu.Lock(); defer s.loss.mu.Unlock(); return s.loss.written }
+	t.Logf("written back after the failover: %d and %d records and threads", written(a), written(b))
 	checkNothingLost(t, open, wait(), a, b)
 }
