@@ -11,14 +11,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/state"
-	"github.com/aguard/aguard/webhook"
 )
-
-// Notifier is told about a record an operator's decision changed (approve,
-// reject), so webhooks can follow it.
-type Notifier interface {
-	Notify(eventType string, c *state.ToolCall)
-}
 
 // APIOptions configure the admin API.
 type APIOptions struct {
@@ -29,7 +22,7 @@ type APIOptions struct {
 	// once it is approved (clientToolDeadlineAt).
 	ClientToolTimeout time.Duration
 	// Notifier, if set, is told about approvals and rejections.
-	Notifier Notifier
+	Notifier state.Notifier
 	// Logger receives the audit line of every decision (default: discard).
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
@@ -295,12 +288,12 @@ func (a *api) notify(approve bool, c *state.ToolCall) {
 	switch {
 	case c.Cause == state.CauseApprovalTimeout:
 	case approve:
-		n.Notify(webhook.TypeToolCallApproved, c)
+		n.Notify(state.CallApproved, c)
 	default:
-		n.Notify(webhook.TypeToolCallRejected, c)
+		n.Notify(state.CallRejected, c)
 	}
 	if c.Status.Terminal() {
-		n.Notify(webhook.TypeToolCallCompleted, c)
+		n.Notify(state.CallEnded, c)
 	}
 }
 

@@ -47,9 +47,9 @@ type recorder struct {
 	events []string
 }
 
-func (r *recorder) Notify(typ string, c *state.ToolCall) {
+func (r *recorder) Notify(n state.Notice, c *state.ToolCall) {
 	r.mu.Lock()
-	r.events = append(r.events, typ+":"+c.ID)
+	r.events = append(r.events, n.String()+":"+c.ID)
 	r.mu.Unlock()
 }
 
@@ -134,7 +134,7 @@ func TestAdminAPI(t *testing.T) {
 	if c.ApprovedBy != "admin" || c.ApprovedAt == nil || !*c.Approved || c.ClientToolDeadlineAt == nil || !c.ClientToolDeadlineAt.Equal(now.Add(time.Hour)) {
 		t.Fatalf("approved record: %+v", c)
 	}
-	if strings.Join(notes.events, ",") != "llm.tool_call_approved:pay-1,llm.tool_call_completed:pay-old" {
+	if strings.Join(notes.events, ",") != "approved:pay-1,ended:pay-old" {
 		t.Fatalf("notifications: %v", notes.events)
 	}
 }
@@ -152,7 +152,7 @@ func TestRejectRecordsTheEnd(t *testing.T) {
 		!strings.Contains(body, `"endReason":"approval rejected"`) || !strings.Contains(body, `"approvedBy":"admin"`) {
 		t.Fatalf("%d %s", status, body)
 	}
-	if strings.Join(notes.events, ",") != "llm.tool_call_rejected:pay-1,llm.tool_call_completed:pay-1" {
+	if strings.Join(notes.events, ",") != "rejected:pay-1,ended:pay-1" {
 		t.Fatalf("notifications: %v", notes.events)
 	}
 }

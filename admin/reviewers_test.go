@@ -38,7 +38,7 @@ func reviewersFile(t *testing.T, content string) string {
 // reviewerServer serves the admin API on loopback for alice (reviewer),
 // victor (viewer) and --admin-token "root-token", with the audit lines in
 // the returned buffer.
-func reviewerServer(t *testing.T, store *state.Store, notes Notifier) (*httptest.Server, *syncbuf.Buffer) {
+func reviewerServer(t *testing.T, store *state.Store, notes state.Notifier) (*httptest.Server, *syncbuf.Buffer) {
 	t.Helper()
 	path := reviewersFile(t, fmt.Sprintf(`
 - name: alice
@@ -157,7 +157,7 @@ func TestReviewersAndViewers(t *testing.T) {
 			t.Errorf("the approval's audit line: %v", a)
 		}
 	}
-	if strings.Join(notes.events, ",") != "llm.tool_call_approved:pay-1,llm.tool_call_completed:pay-old" {
+	if strings.Join(notes.events, ",") != "approved:pay-1,ended:pay-old" {
 		t.Errorf("notifications: %v", notes.events)
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/state"
-	"github.com/aguard/aguard/webhook"
 )
 
 // syncWriteTimeout bounds the wait for Redis before a RUN_FINISHED goes out;
@@ -29,7 +28,7 @@ const syncWriteTimeout = 2 * time.Second
 // Every record it touches is of the stream's own thread.
 type ledger struct {
 	store             *state.Store
-	notify            Notifier // nil: no webhooks
+	notify            state.Notifier // nil: no webhooks
 	in                *agui.RunInput
 	clientToolTimeout time.Duration
 	log               *slog.Logger
@@ -44,7 +43,7 @@ type ledger struct {
 	requestedBy string
 }
 
-func newLedger(store *state.Store, notify Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
+func newLedger(store *state.Store, notify state.Notifier, in *agui.RunInput, clientToolTimeout time.Duration, log *slog.Logger) *ledger {
 	return &ledger{store: store, notify: notify, in: in, clientToolTimeout: clientToolTimeout, log: log, now: store.Now,
 		calls: map[string]*state.ToolCall{}}
 }
@@ -82,7 +81,7 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 		}
 		l.calls[ev.ID] = c
 		l.put(ctx, c)
-		l.tell(webhook.TypeToolCallStarted, c)
+		l.tell(state.CallStarted, c)
 		return
 	}
 	c := l.calls[ev.ID]
@@ -118,9 +117,9 @@ func (l *ledger) event(ctx context.Context, ev *agui.CallEvent, now time.Time) {
 	l.put(ctx, c)
 	switch {
 	case c.Status == state.StatusRequiresConfirmation && ev.Kind == agui.CallDecided:
-		l.tell(webhook.TypeApprovalRequired, c)
+		l.tell(state.CallHeld, c)
 	case c.Status.Terminal():
-		l.tell(webhook.TypeToolCallCompleted, c)
+		l.tell(state.CallEnded, c)
 	}
 }
 
@@ -215,7 +214,7 @@ func (l *ledger) endOpen(cause state.EndCause, detail string, pending map[string
 		}
 		if err := state.EndWithRun(cause, detail, now).To(c); err == nil {
 			*writes = append(*writes, c)
-			l.tell(webhook.TypeToolCallCompleted, c)
+			l.tell(state.CallEnded, c)
 		}
 	}
 	clear(l.calls)
@@ -229,7 +228,7 @@ func (l *ledger) endHeld(ctx context.Context, held []state.Ref, cause state.EndC
 		c, err := l.store.Apply(ctx, r, state.EndWithRun(cause, detail, now))
 		switch {
 		case err == nil || errors.Is(err, state.ErrQueued):
-			l.tell(webhook.TypeToolCallCompleted, c)
+			l.tell(state.CallEnded, c)
 		case errors.Is(err, state.ErrTransition):
 		default:
 			l.log.WarnContext(ctx, "could not end a held tool call with its run", "toolCallId", r.ID, "err", err)
@@ -266,9 +265,9 @@ func (l *ledger) unregister(ctx context.Context) {
 	}
 }
 
-func (l *ledger) tell(eventType string, c *state.ToolCall) {
+func (l *ledger) tell(n state.Notice, c *state.ToolCall) {
 	if l.notify != nil && c != nil {
-		l.notify.Notify(eventType, c)
+		l.notify.Notify(n, c)
 	}
 }
 

@@ -89,7 +89,7 @@ type Options struct {
 	ClientToolTimeout time.Duration
 	// Notifier, if set, is told when a call starts, needs approval and
 	// ends (webhooks). It must not block.
-	Notifier Notifier
+	Notifier state.Notifier
 	// Auth, if set, authenticates every request before anything of it
 	// reaches the agent (README, "Identity and audit"): a request it does
 	// not authenticate gets 401 unauthenticated (503 auth_unavailable when
@@ -123,12 +123,6 @@ const maxHeaderBytes = 8 << 10
 // its stream is ended; a consumer that reads slowly is back-pressured, never
 // buffered without bound.
 const stalledConsumer = 2 * time.Minute
-
-// Notifier is told about tool-call records as they change: the event types
-// of package webhook.
-type Notifier interface {
-	Notify(eventType string, c *state.ToolCall)
-}
 
 // Proxy is the data plane. Create it with New, serve with Serve, stop with
 // Drain then Close.

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/state"
-	"github.com/aguard/aguard/webhook"
 )
 
 // threadRefusal is a request-side refusal: an HTTP status with a code and
@@ -119,7 +118,7 @@ func (p *Proxy) checkThread(ctx context.Context, in *agui.RunInput) (*threadRefu
 			continue
 		}
 		if p.opt.Notifier != nil && r.Call != nil && r.Call.Status.Terminal() {
-			p.opt.Notifier.Notify(webhook.TypeToolCallCompleted, r.Call)
+			p.opt.Notifier.Notify(state.CallEnded, r.Call)
 		}
 	}
 	return nil, rewrites

@@ -96,32 +96,6 @@ func TestToolCallJSONReadsStatusAliasAndNumber(t *testing.T) {
 	}
 }
 
-func TestWebhookJSONUsesSeedSnakeCaseNames(t *testing.T) {
-	b, err := fullCall().WebhookJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{
-		"id", "name", "arguments_json", "status", "result_json", "executed_at", "server_id",
-		"is_client_tool", "description", "parameters_json_schema", "requires_approval_at",
-		"approved_at", "approved_by", "execution_duration", "end_reason", "client_tool_deadline_at",
-		"end_cause", "thread_id", "run_id", "arguments_text", "arguments_digest", "approved", "decision_id",
-		"created_at", "updated_at",
-	}
-	if got := jsonKeys(t, b); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-		t.Errorf("webhook JSON keys = %v\nwant %v", got, slices.Sorted(slices.Values(want)))
-	}
-	for _, frag := range []string{
-		`"arguments_json":{"city":"Oslo"}`, `"status":"TOOL_EXECUTION_STATUS_CANCELLED"`,
-		`"is_client_tool":true`, `"end_reason":"approval rejected"`, `"end_cause":"approval_rejected"`, `"execution_duration":"60.000s"`,
-		`"approved":false`, `"requires_approval_at":"2026-03-01T12:10:00Z"`,
-	} {
-		if !strings.Contains(string(b), frag) {
-			t.Errorf("webhook JSON lacks %s: %s", frag, b)
-		}
-	}
-}
-
 func TestEndSetsReasonOnlyWhenTerminalAndNotOnCompleted(t *testing.T) {
 	tests := []struct {
 		status       Status

@@ -29,7 +29,7 @@
 //	{"type":"llm.tool_call_started","created_at":"2026-01-02T03:04:05.678Z","tool_call":{…}}
 //
 // where tool_call is the record in the ToolCall model's webhook profile
-// (snake_case field names, see state.ToolCall.WebhookJSON; thread_id and id
+// (snake_case field names, see toolCallJSON in payload.go; thread_id and id
 // identify the call) and created_at is when the event was raised, not when
 // it was sent. The signature is made afresh for every attempt, so its
 // timestamp is the attempt's; receivers check it with Verify, or with any

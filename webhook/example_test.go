@@ -59,7 +59,7 @@ func ExampleVerify() {
 		fmt.Println(err)
 		return
 	}
-	n.Notify(webhook.TypeToolCallStarted, &state.ToolCall{
+	n.Notify(state.CallStarted, &state.ToolCall{
 		ID:     "call_1",
 		Name:   "get_weather",
 		Status: state.StatusExecuting,

@@ -31,10 +31,10 @@ func TestQueueBytesBoundDropsOldest(t *testing.T) {
 	opt.QueueBytes = 30_000 // room for two bodies of a little over 10 kB
 	n := startNotifier(t, opt)
 
-	n.Notify(TypeToolCallStarted, bigCall("c0", 10_000))
+	n.Notify(state.CallStarted, bigCall("c0", 10_000))
 	rc.waitRequests(t, 1) // c0 is in flight, stuck
 	for i := 1; i <= 10; i++ {
-		n.Notify(TypeToolCallStarted, bigCall("c"+strconv.Itoa(i), 10_000))
+		n.Notify(state.CallStarted, bigCall("c"+strconv.Itoa(i), 10_000))
 		if q := metric(t, reg, "aguard_webhook_queue_bytes", ""); q > float64(opt.QueueBytes) {
 			t.Fatalf("after %d events %v bytes queued, over the budget of %d", i, q, opt.QueueBytes)
 		}
@@ -72,10 +72,10 @@ func TestBodyOverQueueBytesDropped(t *testing.T) {
 	opt.QueueBytes = 4_000
 	n := startNotifier(t, opt)
 
-	n.Notify(TypeToolCallStarted, testCall("c0"))
+	n.Notify(state.CallStarted, testCall("c0"))
 	rc.waitRequests(t, 1)
-	n.Notify(TypeToolCallStarted, testCall("c1"))
-	n.Notify(TypeToolCallStarted, bigCall("huge", 10_000))
+	n.Notify(state.CallStarted, testCall("c1"))
+	n.Notify(state.CallStarted, bigCall("huge", 10_000))
 	if d := metric(t, reg, "aguard_webhook_deliveries_total", "dropped"); d != 1 {
 		t.Errorf("dropped = %v, want 1", d)
 	}
@@ -103,8 +103,8 @@ func TestBodyCarriesObjectArgumentsOnce(t *testing.T) {
 	both.ArgumentsText = string(both.ArgumentsJSON)
 	text := testCall("text")
 	text.ArgumentsJSON, text.ArgumentsText = nil, `["not","an","object"]`
-	n.Notify(TypeToolCallCompleted, both)
-	n.Notify(TypeToolCallCompleted, text)
+	n.Notify(state.CallEnded, both)
+	n.Notify(state.CallEnded, text)
 	got := rc.waitRequests(t, 2)
 	var first, second struct {
 		ToolCall map[string]json.RawMessage `json:"tool_call"`

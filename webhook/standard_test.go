@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/internal/interop"
+	"github.com/aguard/aguard/state"
 )
 
 // TestSignMatchesTheSpecificationsExample checks Sign against the example
@@ -49,8 +50,8 @@ func TestDeliveriesVerifyWithTheOfficialLibrary(t *testing.T) {
 			opt := testOptions(nil)
 			opt.URLs, opt.Secret, opt.Now = []string{rc.srv.URL}, tt.secret, time.Now
 			n := startNotifier(t, opt)
-			for _, typ := range []string{TypeToolCallStarted, TypeToolCallApproved, TypeToolCallRejected} {
-				n.Notify(typ, testCall("c-"+typ))
+			for _, notice := range []state.Notice{state.CallStarted, state.CallApproved, state.CallRejected} {
+				n.Notify(notice, testCall("c-"+notice.String()))
 			}
 			got := rc.waitRequests(t, 6)
 			if len(got) != 6 {

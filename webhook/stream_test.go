@@ -15,6 +15,7 @@ import (
 
 	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
+	"github.com/aguard/aguard/state"
 )
 
 // redisClient is a client on srv, closed at cleanup.
@@ -66,7 +67,7 @@ func TestDeliveriesQueuedInRedisByAStoppedReplicaAreDeliveredByAnother(t *testin
 	opt.URLs, opt.Redis, opt.ClaimIdle = []string{url}, rdb, 300*time.Millisecond
 	a := startNotifier(t, opt)
 	for i := range 5 {
-		a.Notify(TypeToolCallStarted, testCall("c"+strconv.Itoa(i)))
+		a.Notify(state.CallStarted, testCall("c"+strconv.Itoa(i)))
 	}
 	await.For(t, "replica A to try the receiver", func() bool {
 		return metric(t, regA, "aguard_webhook_attempts_total", "error") >= 1
@@ -129,7 +130,7 @@ func TestTheByteBudgetBoundsTheStreamAcrossReplicas(t *testing.T) {
 	}
 	keys := streamKeys(url)
 	for i := range 10 {
-		ns[i%2].Notify(TypeToolCallStarted, bigCall("c"+strconv.Itoa(i), 10_000))
+		ns[i%2].Notify(state.CallStarted, bigCall("c"+strconv.Itoa(i), 10_000))
 		b, _ := rdb.Get(context.Background(), keys[1]).Int64()
 		if b > 30_000 {
 			t.Fatalf("after %d events %d bytes queued in redis, over the budget of 30000", i+1, b)

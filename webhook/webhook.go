@@ -41,6 +41,22 @@ const (
 	TypeToolCallRejected = "llm.tool_call_rejected"
 )
 
+// eventTypes are the event types of the notices state.Notifier receives.
+var eventTypes = map[state.Notice]string{
+	state.CallStarted:  TypeToolCallStarted,
+	state.CallHeld:     TypeApprovalRequired,
+	state.CallEnded:    TypeToolCallCompleted,
+	state.CallApproved: TypeToolCallApproved,
+	state.CallRejected: TypeToolCallRejected,
+}
+
+// EventType returns the event type sent for notice, and false for a notice
+// that has none.
+func EventType(notice state.Notice) (string, bool) {
+	t, ok := eventTypes[notice]
+	return t, ok
+}
+
 // Defaults of Options.
 const (
 	defaultQueueSize   = 10_000
@@ -324,20 +340,20 @@ func newClient(timeout time.Duration) *http.Client {
 	}
 }
 
-// Notify queues an event of the given type about call for every URL and
-// returns at once; it never waits for a receiver. The body is encoded now,
-// with created_at set to the current time, so call may change as soon as
-// Notify returns (but not while it runs). An unknown event type, a nil call,
-// or a call that cannot be encoded is reported to the Logger and sent
-// nowhere. After Close, events are counted as dropped.
-func (n *Notifier) Notify(eventType string, call *state.ToolCall) {
+// Notify queues the event of notice's type (EventType) about call for
+// every URL and returns at once; it never waits for a receiver. The body is
+// encoded now, with created_at set to the current time, so call may change
+// as soon as Notify returns (but not while it runs). A notice without an
+// event type, a nil call, or a call that cannot be encoded is reported to
+// the Logger and sent nowhere. After Close, events are counted as dropped.
+// Notify makes *Notifier a state.Notifier.
+func (n *Notifier) Notify(notice state.Notice, call *state.ToolCall) {
 	if len(n.targets) == 0 {
 		return
 	}
-	switch eventType {
-	case TypeToolCallStarted, TypeApprovalRequired, TypeToolCallCompleted, TypeToolCallApproved, TypeToolCallRejected:
-	default:
-		n.log.Error("webhook: unknown event type; event not sent", "type", eventType)
+	eventType, ok := EventType(notice)
+	if !ok {
+		n.log.Error("webhook: a notice without an event type; event not sent", "notice", int(notice))
 		return
 	}
 	if call == nil {
@@ -375,7 +391,7 @@ func (n *Notifier) encode(eventType string, call *state.ToolCall) ([]byte, error
 		cp.ArgumentsText = ""
 		c = &cp
 	}
-	tc, err := c.WebhookJSON()
+	tc, err := encodeToolCall(c)
 	if err != nil {
 		return nil, err
 	}

@@ -255,7 +255,7 @@ func TestNewRejectsDoubleRegistration(t *testing.T) {
 var createdAtPattern = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
 
 func TestDeliversEachEventType(t *testing.T) {
-	for _, typ := range []string{TypeToolCallStarted, TypeApprovalRequired, TypeToolCallCompleted} {
+	for notice, typ := range map[state.Notice]string{state.CallStarted: TypeToolCallStarted, state.CallHeld: TypeApprovalRequired, state.CallEnded: TypeToolCallCompleted} {
 		t.Run(typ, func(t *testing.T) {
 			rc := newReceiver(t, nil)
 			reg := prometheus.NewRegistry()
@@ -265,7 +265,7 @@ func TestDeliversEachEventType(t *testing.T) {
 			n := startNotifier(t, opt)
 
 			call := testCall("call-" + typ)
-			n.Notify(typ, call)
+			n.Notify(notice, call)
 			call.Name = "changed after Notify" // the body was encoded already
 
 			r := rc.waitRequests(t, 1)[0]
@@ -355,8 +355,8 @@ func TestUnsignedWhenNoSecret(t *testing.T) {
 	var logs bytes.Buffer
 	opt.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	n := startNotifier(t, opt)
-	n.Notify(TypeToolCallStarted, testCall("c1"))
-	n.Notify(TypeToolCallStarted, testCall("c2"))
+	n.Notify(state.CallStarted, testCall("c1"))
+	n.Notify(state.CallStarted, testCall("c2"))
 	for _, r := range rc.waitRequests(t, 2) {
 		if r.signature != "" {
 			t.Errorf("webhook-signature = %q with no secret, want none", r.signature)
@@ -381,7 +381,7 @@ func TestRetriesWithSameDeliveryID(t *testing.T) {
 	opt.Now = clock.Now
 	n := startNotifier(t, opt)
 
-	n.Notify(TypeToolCallCompleted, testCall("c1"))
+	n.Notify(state.CallEnded, testCall("c1"))
 	got := rc.waitRequests(t, 3)
 	if err := closeNow(t, n, 2*time.Second); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -442,8 +442,8 @@ func TestRetriesEveryNon2xxAndGivesUp(t *testing.T) {
 			opt.MaxAttempts = 3
 			n := startNotifier(t, opt)
 
-			n.Notify(TypeToolCallStarted, testCall("c1"))
-			n.Notify(TypeToolCallStarted, testCall("c2"))
+			n.Notify(state.CallStarted, testCall("c1"))
+			n.Notify(state.CallStarted, testCall("c2"))
 			got := rc.waitRequests(t, 6)
 			if err := closeNow(t, n, 2*time.Second); err != nil {
 				t.Fatalf("Close: %v", err)
@@ -477,7 +477,7 @@ func TestReceiverDownThenBack(t *testing.T) {
 
 	const events = 20
 	for i := range events {
-		n.Notify(TypeToolCallStarted, testCall("c"+strconv.Itoa(i)))
+		n.Notify(state.CallStarted, testCall("c"+strconv.Itoa(i)))
 	}
 	await.For(t, "5 failed attempts", func() bool {
 		return metric(t, reg, "aguard_webhook_attempts_total", "error") >= 5
@@ -538,12 +538,12 @@ func TestQueueBoundDropsOldest(t *testing.T) {
 	opt.QueueSize = 3
 	n := startNotifier(t, opt)
 
-	n.Notify(TypeToolCallStarted, testCall("c0"))
+	n.Notify(state.CallStarted, testCall("c0"))
 	rc.waitRequests(t, 1) // c0 is in flight, stuck
 
 	start := time.Now()
 	for i := 1; i <= 10; i++ {
-		n.Notify(TypeToolCallStarted, testCall("c"+strconv.Itoa(i)))
+		n.Notify(state.CallStarted, testCall("c"+strconv.Itoa(i)))
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("10 Notify calls took %s with a stuck receiver, want no blocking", took)
@@ -581,7 +581,7 @@ func TestSlowURLDoesNotDelayOthers(t *testing.T) {
 	defer close(release) // runs before the Notifier's cleanup
 
 	for i := range 5 {
-		n.Notify(TypeToolCallStarted, testCall("c"+strconv.Itoa(i)))
+		n.Notify(state.CallStarted, testCall("c"+strconv.Itoa(i)))
 	}
 	got := fast.waitRequests(t, 5)
 	// The slow URL's first request may still be on its way: wait for it,
@@ -612,7 +612,7 @@ func TestCloseDrainsThenStops(t *testing.T) {
 	}
 	const events = 10
 	for i := range events {
-		n.Notify(TypeToolCallCompleted, testCall("c"+strconv.Itoa(i)))
+		n.Notify(state.CallEnded, testCall("c"+strconv.Itoa(i)))
 	}
 	if err := closeNow(t, n, 5*time.Second); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -620,7 +620,7 @@ func TestCloseDrainsThenStops(t *testing.T) {
 	if got := len(rc.requests()); got != events+1 {
 		t.Fatalf("receiver got %d requests, want %d (every event, one retried)", got, events+1)
 	}
-	n.Notify(TypeToolCallCompleted, testCall("late"))
+	n.Notify(state.CallEnded, testCall("late"))
 	if err := closeNow(t, n, time.Second); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
@@ -648,7 +648,7 @@ func TestCloseGivesUpAtDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		n.Notify(TypeApprovalRequired, testCall("c"+strconv.Itoa(i)))
+		n.Notify(state.CallHeld, testCall("c"+strconv.Itoa(i)))
 	}
 	rc.waitRequests(t, 1)
 
@@ -674,16 +674,16 @@ func TestCloseGivesUpAtDeadline(t *testing.T) {
 func TestNotifyIgnores(t *testing.T) {
 	t.Run("no URLs", func(t *testing.T) {
 		n := startNotifier(t, Options{})
-		n.Notify(TypeToolCallStarted, testCall("c1")) // nothing to do, nothing to block on
+		n.Notify(state.CallStarted, testCall("c1")) // nothing to do, nothing to block on
 	})
 	rc := newReceiver(t, nil)
 	reg := prometheus.NewRegistry()
 	opt := testOptions(reg)
 	opt.URLs = []string{rc.srv.URL}
 	n := startNotifier(t, opt)
-	n.Notify("llm.tool_call_exploded", testCall("c1"))
-	n.Notify(TypeToolCallStarted, nil)
-	n.Notify(TypeToolCallStarted, testCall("ok"))
+	n.Notify(state.Notice(99), testCall("c1"))
+	n.Notify(state.CallStarted, nil)
+	n.Notify(state.CallStarted, testCall("ok"))
 	got := rc.waitRequests(t, 1)
 	if err := closeNow(t, n, 2*time.Second); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -732,7 +732,7 @@ func TestRetryAfterLengthensWait(t *testing.T) {
 	n := startNotifier(t, opt)
 
 	start := time.Now()
-	n.Notify(TypeToolCallStarted, testCall("c1"))
+	n.Notify(state.CallStarted, testCall("c1"))
 	rc.waitRequests(t, 2)
 	// At least the backoff, and far less than the 30s asked for (the bound
 	// leaves room for a loaded machine).
@@ -777,7 +777,7 @@ func TestConcurrentNotifyAndClose(t *testing.T) {
 	for w := range workers {
 		wg.Go(func() {
 			for i := range each {
-				n.Notify(TypeToolCallStarted, testCall(strconv.Itoa(w)+"-"+strconv.Itoa(i)))
+				n.Notify(state.CallStarted, testCall(strconv.Itoa(w)+"-"+strconv.Itoa(i)))
 			}
 		})
 	}

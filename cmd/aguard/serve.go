@@ -131,7 +131,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	// get their webhook like any other.
 	store, err := state.Open(ctx, state.Options{
 		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, CacheSize: cfg.LedgerCache, ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
-		OnEnd: func(c *state.ToolCall) { hooks.Notify(webhook.TypeToolCallCompleted, c) },
+		OnEnd: func(c *state.ToolCall) { hooks.Notify(state.CallEnded, c) },
 	})
 	if err != nil {
 		hooks.Close(context.Background())
