@@ -19,127 +19,25 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 	case tRunStarted:
 		return s.runStartedEvent(e, b)
 	case tRunFinished:
-		if vi := s.closeAllLanes(); vi != nil {
-			return vi
-		}
-		if vi := s.run.runFinished(); vi != nil {
-			return vi
-		}
-		s.runDone = true
-		// Decisions come before the pending list: a declined call is
-		// answered, so it is no longer pending.
-		s.decideEnded(b, e.typ)
-		if !s.done {
-			s.decideUnadvertised(b)
-		}
-		if s.done {
-			return nil
-		}
-		s.setPending(e, b)
-		return nil
+		return s.runFinishedEvent(e, b)
 	case tRunError:
-		vi := s.closeAllLanes()
-		// The run ends before the calls still held are judged: the
-		// consumer never sees them.
-		s.abandon(b)
-		s.runErr = true
-		code := s.agentErrorCode(e, b)
-		b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, code
-		return vi
+		return s.runErrorEvent(e, b)
 	case tMessagesSnapshot:
 		if vi := s.closeAllLanes(); vi != nil {
 			return vi
 		}
 		s.scrubMessages(e, b, false)
 		return nil
-
-	case tTextStart:
-		id, _ := e.str("messageId")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		return s.run.textStart(id, t)
-	case tTextContent, tTextEnd:
-		id, _ := e.str("messageId")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		if e.typ == tTextEnd {
-			if vi := s.mixedForms(laneText, e.typ, id); vi != nil {
-				return vi
-			}
-		}
-		return s.run.textCont(e.typ, id, t, e.typ == tTextEnd)
-
+	case tTextStart, tTextContent, tTextEnd:
+		return s.textEvent(e, t)
 	case tToolStart:
-		id, _ := e.str("toolCallId")
-		name, _ := e.str("toolCallName")
-		parent, hasParent := e.str("parentMessageId")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		c, vi := s.run.toolStart(id, name, parent, hasParent, t)
-		if vi != nil {
-			return vi
-		}
-		e.call = c
-		if s.in.isFrontend(name) {
-			s.markFrontend(id)
-		}
-		return nil
+		return s.toolStartEvent(e, t)
 	case tToolArgs, tToolEnd:
-		id, _ := e.str("toolCallId")
-		delta, _ := e.str("delta")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		if e.typ == tToolEnd {
-			if vi := s.mixedForms(laneTool, e.typ, id); vi != nil {
-				return vi
-			}
-		}
-		if vi := s.run.toolCont(e.typ, id, delta, t, e.typ == tToolEnd); vi != nil {
-			return vi
-		}
-		if s.hold.active {
-			e.call = s.run.calls[string(id)]
-		}
-		return nil
+		return s.toolContEvent(e, t)
 	case tToolResult:
 		return s.toolResult(e, b, t)
-
 	case tTextChunk, tToolChunk, tReasoningMsgChunk:
-		c := chunk{typ: e.typ, t: t, unknown: e.unknown, rawEvent: e.present("rawEvent"), metadata: e.present("metadata")}
-		c.delta, c.hasDelta = e.str("delta")
-		switch e.typ {
-		case tTextChunk:
-			c.kind = laneText
-			c.id, c.hasID = e.str("messageId")
-			c.role, c.hasRole = e.str("role")
-			c.name, c.hasName = e.str("name")
-		case tToolChunk:
-			c.kind = laneTool
-			c.id, c.hasID = e.str("toolCallId")
-			c.name, c.hasName = e.str("toolCallName")
-			c.parent, c.hasParent = e.str("parentMessageId")
-		default:
-			c.kind = laneReasoning
-			c.id, c.hasID = e.str("messageId")
-		}
-		if vi := s.expandChunk(&c); vi != nil {
-			return vi
-		}
-		if c.kind == laneTool {
-			if c.hasID && c.hasName && s.in.isFrontend(c.name) {
-				s.markFrontend(c.id)
-			}
-			e.call = c.call
-			if e.call == nil && s.hold.active {
-				e.call = s.run.calls[c.laneID]
-			}
-		}
-		return nil
-
+		return s.chunkEvent(e, t)
 	case tCustom:
 		if s.forgedSignal(e, b) {
 			return nil // dropped: the consumer never sees it, it closes nothing
@@ -148,71 +46,174 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 	case tStateSnapshot, tStateDelta:
 		return s.closeLaneOf(t)
 	case tStepStarted, tStepFinished:
-		name, _ := e.str("stepName")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		if e.typ == tStepStarted {
-			return s.run.stepStarted(name, t)
-		}
-		return s.run.stepFinished(name, t)
-
-	case tReasoningStart, tReasoningMsgStart:
-		id, _ := e.str("messageId")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		return s.run.reasoningStart(e.typ, e.typ == tReasoningStart, id, t)
-	case tReasoningMsgCont, tReasoningMsgEnd, tReasoningEnd:
-		id, _ := e.str("messageId")
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		if e.typ == tReasoningMsgEnd {
-			if vi := s.mixedForms(laneReasoning, e.typ, id); vi != nil {
-				return vi
-			}
-		}
-		return s.run.reasoningCont(e.typ, e.typ == tReasoningEnd, id, t, e.typ != tReasoningMsgCont)
+		return s.stepEvent(e, t)
+	case tReasoningStart, tReasoningMsgStart, tReasoningMsgCont, tReasoningMsgEnd, tReasoningEnd:
+		return s.reasoningEvent(e, t)
 	case tReasoningEncrypted:
 		return s.encryptedValue(e, t)
+	case tActivitySnapshot, tActivityDelta:
+		return s.activityEvent(e, t)
+	case tSubagentStarted:
+		return s.subagentStarted(e)
+	case tSubagentFinished, tSubagentError:
+		return s.subagentEnded(e)
+	case tThinkingStart, tThinkingTextStart, tThinkingEnd, tThinkingTextCont, tThinkingTextEnd:
+		return s.thinkingEvent(e, t)
+	}
+	return nil // RAW
+}
 
-	case tActivitySnapshot:
-		id, _ := e.str("messageId")
-		own := s.run.activities[string(id)]
+// textEvent applies TEXT_MESSAGE_START, _CONTENT and _END.
+func (s *Stream) textEvent(e *ev, t tag) *violation {
+	id, _ := e.str("messageId")
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	switch e.typ {
+	case tTextStart:
+		return s.run.textStart(id, t)
+	case tTextEnd:
+		if vi := s.mixedForms(laneText, e.typ, id); vi != nil {
+			return vi
+		}
+	}
+	return s.run.textCont(e.typ, id, t, e.typ == tTextEnd)
+}
+
+// toolStartEvent applies TOOL_CALL_START: the call is tracked from here,
+// and marked a frontend call when the run advertised its tool.
+func (s *Stream) toolStartEvent(e *ev, t tag) *violation {
+	id, _ := e.str("toolCallId")
+	name, _ := e.str("toolCallName")
+	parent, hasParent := e.str("parentMessageId")
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	c, vi := s.run.toolStart(id, name, parent, hasParent, t)
+	if vi != nil {
+		return vi
+	}
+	e.call = c
+	if s.in.isFrontend(name) {
+		s.markFrontend(id)
+	}
+	return nil
+}
+
+// toolContEvent applies TOOL_CALL_ARGS and TOOL_CALL_END.
+func (s *Stream) toolContEvent(e *ev, t tag) *violation {
+	id, _ := e.str("toolCallId")
+	delta, _ := e.str("delta")
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	if e.typ == tToolEnd {
+		if vi := s.mixedForms(laneTool, e.typ, id); vi != nil {
+			return vi
+		}
+	}
+	if vi := s.run.toolCont(e.typ, id, delta, t, e.typ == tToolEnd); vi != nil {
+		return vi
+	}
+	if s.hold.active {
+		e.call = s.run.calls[string(id)]
+	}
+	return nil
+}
+
+// chunkEvent applies the chunk forms (TEXT_MESSAGE_CHUNK, TOOL_CALL_CHUNK,
+// REASONING_MESSAGE_CHUNK), expanded as the client expands them (chunks.go).
+func (s *Stream) chunkEvent(e *ev, t tag) *violation {
+	c := chunk{typ: e.typ, t: t, unknown: e.unknown, rawEvent: e.present("rawEvent"), metadata: e.present("metadata")}
+	c.delta, c.hasDelta = e.str("delta")
+	switch e.typ {
+	case tTextChunk:
+		c.kind = laneText
+		c.id, c.hasID = e.str("messageId")
+		c.role, c.hasRole = e.str("role")
+		c.name, c.hasName = e.str("name")
+	case tToolChunk:
+		c.kind = laneTool
+		c.id, c.hasID = e.str("toolCallId")
+		c.name, c.hasName = e.str("toolCallName")
+		c.parent, c.hasParent = e.str("parentMessageId")
+	default:
+		c.kind = laneReasoning
+		c.id, c.hasID = e.str("messageId")
+	}
+	if vi := s.expandChunk(&c); vi != nil {
+		return vi
+	}
+	if c.kind == laneTool {
+		if c.hasID && c.hasName && s.in.isFrontend(c.name) {
+			s.markFrontend(c.id)
+		}
+		e.call = c.call
+		if e.call == nil && s.hold.active {
+			e.call = s.run.calls[c.laneID]
+		}
+	}
+	return nil
+}
+
+// stepEvent applies STEP_STARTED and STEP_FINISHED.
+func (s *Stream) stepEvent(e *ev, t tag) *violation {
+	name, _ := e.str("stepName")
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	if e.typ == tStepStarted {
+		return s.run.stepStarted(name, t)
+	}
+	return s.run.stepFinished(name, t)
+}
+
+// reasoningEvent applies REASONING_START, _END and the reasoning message
+// events.
+func (s *Stream) reasoningEvent(e *ev, t tag) *violation {
+	id, _ := e.str("messageId")
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	switch e.typ {
+	case tReasoningStart, tReasoningMsgStart:
+		return s.run.reasoningStart(e.typ, e.typ == tReasoningStart, id, t)
+	case tReasoningMsgEnd:
+		if vi := s.mixedForms(laneReasoning, e.typ, id); vi != nil {
+			return vi
+		}
+	}
+	return s.run.reasoningCont(e.typ, e.typ == tReasoningEnd, id, t, e.typ != tReasoningMsgCont)
+}
+
+// activityEvent applies ACTIVITY_SNAPSHOT (which gives an activity its
+// owner, unless it replaces nothing of one already owned) and
+// ACTIVITY_DELTA (which must come from that owner).
+func (s *Stream) activityEvent(e *ev, t tag) *violation {
+	id, _ := e.str("messageId")
+	own := s.run.activities[string(id)]
+	if e.typ == tActivitySnapshot {
 		rep := e.v.Get("replace")
 		if own == nil || rep == nil || rep.Type() != fastjson.TypeFalse {
 			o := t.owner()
 			s.run.activities[string(id)] = &o
 		}
 		return nil
-	case tActivityDelta:
-		id, _ := e.str("messageId")
-		if own := s.run.activities[string(id)]; t.disagrees(own) {
-			return viol("owner_mismatch", string(id), "ACTIVITY_DELTA: subagentRunId "+q(t.id)+" does not match the owner "+own.String()+" of activity "+q(id))
-		}
-		return nil
+	}
+	if t.disagrees(own) {
+		return viol("owner_mismatch", string(id), "ACTIVITY_DELTA: subagentRunId "+q(t.id)+" does not match the owner "+own.String()+" of activity "+q(id))
+	}
+	return nil
+}
 
-	case tSubagentStarted:
-		return s.subagentStarted(e)
-	case tSubagentFinished, tSubagentError:
-		id, _ := e.str("subagentRunId")
-		if i := s.laneIndex(owner{id: string(id), sub: true}); i >= 0 {
-			if vi := s.closeLane(i); vi != nil {
-				return vi
-			}
-		}
-		if !s.run.subActive[string(id)] {
-			return viol("subagent_not_active", string(id), e.typ+" for subagent "+q(id)+", which is not active")
-		}
-		delete(s.run.subActive, string(id))
-		s.run.subClosed[string(id)] = true
-		return nil
-
+// thinkingEvent applies the deprecated THINKING_* events as the client
+// does: as reasoning, without ids of their own.
+func (s *Stream) thinkingEvent(e *ev, t tag) *violation {
+	if vi := s.closeLaneOf(t); vi != nil {
+		return vi
+	}
+	switch e.typ {
 	case tThinkingStart, tThinkingTextStart:
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
 		s.mint++
 		ent := &entity{own: t.owner()}
 		if e.typ == tThinkingStart {
@@ -226,24 +227,16 @@ func (s *Stream) apply(e *ev, b *Batch) *violation {
 		}
 		return nil
 	case tThinkingEnd:
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
 		id := s.thinkSpan
 		s.thinkSpan = 0
 		return contEntity(s.run.thinkSpans[id], e.typ+" (as REASONING_END)", true, "(THINKING)", t, true)
-	case tThinkingTextCont, tThinkingTextEnd:
-		if vi := s.closeLaneOf(t); vi != nil {
-			return vi
-		}
-		id := s.thinkMsg
-		end := e.typ == tThinkingTextEnd
-		if end {
-			s.thinkMsg = 0
-		}
-		return contEntity(s.run.thinkMsgs[id], e.typ, false, "(THINKING_TEXT_MESSAGE)", t, end)
 	}
-	return nil // RAW
+	id := s.thinkMsg
+	end := e.typ == tThinkingTextEnd
+	if end {
+		s.thinkMsg = 0
+	}
+	return contEntity(s.run.thinkMsgs[id], e.typ, false, "(THINKING_TEXT_MESSAGE)", t, end)
 }
 
 // runRules are verifyEvents' stream-level rules: the first event, nothing
@@ -287,6 +280,40 @@ func (s *Stream) runStartedEvent(e *ev, b *Batch) *violation {
 	return nil
 }
 
+// runFinishedEvent applies RUN_FINISHED: every lane must be closed; the
+// calls the run ended with are judged, then what is left pending is set.
+func (s *Stream) runFinishedEvent(e *ev, b *Batch) *violation {
+	if vi := s.closeAllLanes(); vi != nil {
+		return vi
+	}
+	if vi := s.run.runFinished(); vi != nil {
+		return vi
+	}
+	s.runDone = true
+	// Decisions come before the pending list: a declined call is
+	// answered, so it is no longer pending.
+	s.decideEnded(b, e.typ)
+	if !s.done {
+		s.decideUnadvertised(b)
+	}
+	if s.done {
+		return nil
+	}
+	s.setPending(e, b)
+	return nil
+}
+
+// runErrorEvent applies RUN_ERROR: the run ends before the calls still held
+// are judged, so the consumer never sees them.
+func (s *Stream) runErrorEvent(e *ev, b *Batch) *violation {
+	vi := s.closeAllLanes()
+	s.abandon(b)
+	s.runErr = true
+	code := s.agentErrorCode(e, b)
+	b.Run.Kind, b.Run.RunID, b.Run.Code = "error", s.run.runID, code
+	return vi
+}
+
 func (s *Stream) subagentStarted(e *ev) *violation {
 	id, _ := e.str("subagentRunId")
 	if s.run.subActive[string(id)] {
@@ -299,6 +326,23 @@ func (s *Stream) subagentStarted(e *ev) *violation {
 		return viol("subagent_unknown_parent", string(id), "SUBAGENT_STARTED for subagent "+q(id)+": parentSubagentRunId "+q(p)+" has not been started in this run")
 	}
 	s.run.subActive[string(id)] = true
+	return nil
+}
+
+// subagentEnded applies SUBAGENT_FINISHED and SUBAGENT_ERROR: the
+// subagent's open lane closes, and it must have been active.
+func (s *Stream) subagentEnded(e *ev) *violation {
+	id, _ := e.str("subagentRunId")
+	if i := s.laneIndex(owner{id: string(id), sub: true}); i >= 0 {
+		if vi := s.closeLane(i); vi != nil {
+			return vi
+		}
+	}
+	if !s.run.subActive[string(id)] {
+		return viol("subagent_not_active", string(id), e.typ+" for subagent "+q(id)+", which is not active")
+	}
+	delete(s.run.subActive, string(id))
+	s.run.subClosed[string(id)] = true
 	return nil
 }
 
