@@ -32,6 +32,7 @@ import (
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -109,6 +110,9 @@ type Options struct {
 	// tracing off: no span is made, and the consumer's traceparent is
 	// forwarded to the agent unchanged.
 	Tracer trace.TracerProvider
+	// Propagator carries trace context from the consumer's request and
+	// into the agent's when Tracer is set (default: W3C Trace Context).
+	Propagator propagation.TextMapPropagator
 
 	// Memory, if set, is asked before each run whether a new stream may
 	// start; if not, the run gets 503 overloaded (overload.go).
@@ -131,7 +135,8 @@ type Proxy struct {
 	log       *slog.Logger
 	m         *Metrics
 	tracer    trace.Tracer // nil: tracing is off
-	upstreams []*upstream  // routes, longest prefix first; the default last
+	prop      propagation.TextMapPropagator
+	upstreams []*upstream // routes, longest prefix first; the default last
 	server    *fasthttp.Server
 
 	draining atomic.Bool
@@ -193,6 +198,10 @@ func New(opt Options) (*Proxy, error) {
 		calls: map[*context.CancelCauseFunc]struct{}{}, idle: map[net.Conn]struct{}{}}
 	if opt.Tracer != nil {
 		p.tracer = opt.Tracer.Tracer(tracerName)
+		p.prop = opt.Propagator
+		if p.prop == nil {
+			p.prop = propagation.TraceContext{}
+		}
 	}
 	// One keep-alive bound per agent server, shared by the routes to it:
 	// what one route learns of the agent holds for all.

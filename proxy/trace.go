@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -51,6 +52,7 @@ const (
 // then by its stream's, never by two at once.
 type reqTrace struct {
 	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
 	method string
 	server trace.Span
 	client trace.Span // nil until the agent is asked
@@ -68,7 +70,7 @@ func (p *Proxy) startTrace(ctx context.Context, rc *fasthttp.RequestCtx) (contex
 		return ctx, nil
 	}
 	method := string(rc.Method())
-	ctx = tracing.Extract(ctx, &rc.Request.Header)
+	ctx = tracing.Extract(ctx, p.prop, &rc.Request.Header)
 	ctx, span := p.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer),
 		trace.WithAttributes(
 			attribute.String("http.request.method", method),
@@ -77,7 +79,7 @@ func (p *Proxy) startTrace(ctx context.Context, rc *fasthttp.RequestCtx) (contex
 			attribute.String("client.address", rc.RemoteIP().String()),
 			attribute.String("network.protocol.version", protocolVersion(&rc.Request.Header)),
 		))
-	return ctx, &reqTrace{tracer: p.tracer, method: method, server: span}
+	return ctx, &reqTrace{tracer: p.tracer, prop: p.prop, method: method, server: span}
 }
 
 func protocolVersion(h *fasthttp.RequestHeader) string {
@@ -123,7 +125,7 @@ func (t *reqTrace) callAgent(ctx context.Context, up *upstream, req *fasthttp.Re
 		attrs = append(attrs, attribute.Int("server.port", n))
 	}
 	ctx, t.client = t.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
-	tracing.Inject(ctx, &req.Header)
+	tracing.Inject(ctx, t.prop, &req.Header)
 }
 
 // agentAnswered records the agent's answer head, or the failure to get one

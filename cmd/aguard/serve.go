@@ -165,6 +165,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		Logger:              log,
 		Metrics:             proxy.NewMetrics(reg),
 		Tracer:              traces.TracerProvider(),
+		Propagator:          traces.Propagator(),
 		Memory:              budget,
 	})
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
@@ -339,5 +341,62 @@ func TestServeExportsTracesOverGRPC(t *testing.T) {
 		runTrace{run: "denied-g", tool: "drop_tables", action: "deny", outcome: "denied", denied: true})
 	if server.service != "gateway-a" {
 		t.Errorf("service.name %q, want gateway-a (OTEL_SERVICE_NAME)", server.service)
+	}
+}
+
+// TestServeCarriesTraceContextAsOTEL_PROPAGATORSNames runs aguard with
+// OTEL_PROPAGATORS=b3multi: the consumer's B3 headers parent the server
+// span, and the agent gets B3 headers naming the client span, not the
+// consumer's. An unknown propagator stops aguard at startup, named.
+func TestServeCarriesTraceContextAsOTEL_PROPAGATORSNames(t *testing.T) {
+	bin := buildAguard(t)
+	recv := newOTLPReceiver()
+	endpoint := recv.serveHTTP(t)
+	saw := make(chan http.Header, 1)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		saw <- r.Header.Clone()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"type":"RUN_STARTED","threadId":"`+field(b, "threadId")+`","runId":"b3-1"}`+"\n\n")
+		io.WriteString(w, `data: {"type":"RUN_FINISHED","threadId":"`+field(b, "threadId")+`","runId":"b3-1"}`+"\n\n")
+	}))
+	defer agent.Close()
+	env := []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint, "OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_PROPAGATORS=b3multi"}
+	a := startJSONAguardEnv(t, bin, env, "--upstream", agent.URL)
+
+	traceID, parentID := "5b8efff798038103d269b633813fc60c", "eee19b7ec3c1b174"
+	req, _ := http.NewRequest("POST", "http://"+a.listen+"/agent",
+		strings.NewReader(`{"threadId":"t-b3","runId":"b3-1","protocolVersion":"1.0","messages":[]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-B3-TraceId", traceID)
+	req.Header.Set("X-B3-SpanId", parentID)
+	req.Header.Set("X-B3-ParentSpanId", "05e3ac9a4f6e3b90")
+	req.Header.Set("X-B3-Sampled", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("run: %d", resp.StatusCode)
+	}
+	h := <-saw
+	spans := waitForTrace(t, recv, traceID)
+	server := only(t, spans, "server spans", func(s span) bool { return s.kind == tracepb.Span_SPAN_KIND_SERVER })
+	client := only(t, spans, "client spans", func(s span) bool { return s.kind == tracepb.Span_SPAN_KIND_CLIENT })
+	if server.parentID != parentID {
+		t.Errorf("server span's parent %s, want the consumer's B3 span %s", server.parentID, parentID)
+	}
+	if h.Get("X-B3-TraceId") != traceID || h.Get("X-B3-SpanId") != client.spanID || h.Get("X-B3-ParentSpanId") != "" {
+		t.Errorf("the agent got X-B3-TraceId %q, X-B3-SpanId %q, X-B3-ParentSpanId %q; want %s, the client span %s, none",
+			h.Get("X-B3-TraceId"), h.Get("X-B3-SpanId"), h.Get("X-B3-ParentSpanId"), traceID, client.spanID)
+	}
+
+	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--upstream", agent.URL)
+	cmd.Env = append(os.Environ(), "OTEL_EXPORTER_OTLP_ENDPOINT="+endpoint, "OTEL_PROPAGATORS=tracecontext,smoke-signals")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "smoke-signals") {
+		t.Errorf("an unknown propagator: exit %v, output %s; want a startup error naming it", err, out)
 	}
 }

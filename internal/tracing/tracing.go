@@ -1,8 +1,9 @@
 // Package tracing sets up aguard's OpenTelemetry tracing from the standard
 // OTEL_* environment variables
 // (https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/)
-// and carries W3C trace context (https://www.w3.org/TR/trace-context/) in
-// and out of fasthttp headers. It builds the SDK's provider and exporter
+// and carries trace context in and out of fasthttp headers with the
+// propagators OTEL_PROPAGATORS names (by default W3C Trace Context,
+// https://www.w3.org/TR/trace-context/, and W3C Baggage). It builds the SDK's provider and exporter
 // and nothing else: which spans aguard makes is package proxy's.
 //
 // Tracing is off unless an OTLP endpoint is set: then New returns a nil
@@ -21,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -35,6 +37,16 @@ type Provider struct {
 	sdk *sdktrace.TracerProvider
 	// Protocol is the OTLP protocol in use: "http/protobuf" or "grpc".
 	Protocol string
+	prop     propagation.TextMapPropagator
+}
+
+// Propagator returns what carries trace context in and out of requests, as
+// OTEL_PROPAGATORS names it (Propagators); nil on a nil Provider.
+func (p *Provider) Propagator() propagation.TextMapPropagator {
+	if p == nil {
+		return nil
+	}
+	return p.prop
 }
 
 // TracerProvider returns the provider to make spans with; nil on a nil
@@ -62,8 +74,8 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // reads the rest of the OTLP variables itself (headers, timeout,
 // certificates, compression); the SDK reads OTEL_TRACES_SAMPLER(_ARG),
 // OTEL_BSP_* and OTEL_RESOURCE_ATTRIBUTES. version is service.version.
-// Export failures are logged to log, never fatal: a collector that is
-// down costs spans, not requests.
+// OTEL_PROPAGATORS chooses the Propagator. Export failures are logged to
+// log, never fatal: a collector that is down costs spans, not requests.
 func New(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
 		return nil, nil
@@ -78,14 +90,15 @@ func New(ctx context.Context, getenv func(string) string, version string, log *s
 	if getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
 		return nil, nil
 	}
+	prop, err := Propagators(getenv)
+	if err != nil {
+		return nil, err
+	}
 	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	if protocol == "" {
 		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
 	}
-	var (
-		exp *otlptrace.Exporter
-		err error
-	)
+	var exp *otlptrace.Exporter
 	switch protocol {
 	case "", "http/protobuf":
 		protocol = "http/protobuf"
@@ -115,7 +128,7 @@ func New(ctx context.Context, getenv func(string) string, version string, log *s
 		}))
 	}
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Provider{sdk: sdk, Protocol: protocol}, nil
+	return &Provider{sdk: sdk, Protocol: protocol, prop: prop}, nil
 }
 
 // MsgExportFailed is the msg of the log line for a failure the SDK
