@@ -2,22 +2,38 @@
 # bench/run.sh — measures one AG-UI streaming workload four ways on this
 # machine: (a) direct to the synthetic agent, (b) through nginx configured for
 # SSE, (c) through aguard (default policy, no Redis), (d) through a second
-# aguard with the ledger in Redis (--redis, a throwaway redis-server); and
-# writes a Markdown table to stdout and to bench/results/<date>.md.
+# aguard with the ledger in Redis (--redis, a throwaway redis-server); writes a
+# Markdown report (each of issue 22's targets with its ratio to nginx and a
+# verdict) to stdout and to bench/results/<date>.md, and draws its figures as
+# PNG images in bench/results/<date>/ (benchplot).
 #
 #   bash bench/run.sh              # from the repository root, as root (installs nginx and redis-server if missing)
+#   QUICK=1 bash bench/run.sh      # shorter windows, one paced round, fewer sweep points (≈8 min)
+#   PHASES="paced sweep" bash bench/run.sh   # only some phases
 #
-# Phases, each for direct, nginx, aguard and aguard-redis:
-#   idle     IDLE_STREAMS silent streams held open: RSS of the proxy before/after
-#   unpaced  UNPACED_STREAMS streams sending as fast as they are read, UNPACED_SECONDS:
-#            events/s delivered, proxy CPU seconds per million events
-#   paced    PACED_STREAMS streams × PACED_RATE events/s, PACED_SECONDS: latency
-#            agent→consumer (p50/p99/p99.9), proxy CPU seconds per million events;
-#            PACED_ROUNDS rounds, targets interleaved, each target's median shown
-#   tools    TOOLS_STREAMS streams × TOOLS_RATE events/s, TOOLS_SECONDS: runs of
-#            TOOLS_EVENTS content events carrying 2 frontend tool calls with
-#            TOOLS_ARGS bytes of arguments each (left pending at RUN_FINISHED,
-#            so every run end is a ledger write); latency and CPU as for paced
+# Phases (PHASES, in this order), each for direct, nginx, aguard and
+# aguard-redis unless said otherwise:
+#   idle      IDLE_STREAMS silent streams held open: RSS of the proxy before/after
+#   unpaced   UNPACED_STREAMS streams sending as fast as they are read, UNPACED_SECONDS:
+#             events/s delivered, proxy CPU seconds per million events
+#   paced     PACED_STREAMS streams × PACED_RATE events/s, PACED_SECONDS: latency
+#             agent→consumer (its CDF), proxy CPU seconds per million events;
+#             PACED_ROUNDS rounds, targets interleaved, each target's median shown
+#   sweep     nginx and aguard only: SWEEP_TOTAL_RATE events/s in all, shared by
+#             each count of SWEEP_STREAMS streams, SWEEP_SECONDS: CPU per event
+#             against the number of streams
+#   tools     TOOLS_STREAMS streams × TOOLS_RATE events/s, TOOLS_SECONDS: runs of
+#             TOOLS_EVENTS content events carrying 2 frontend tool calls with
+#             TOOLS_ARGS bytes of arguments each (left pending at RUN_FINISHED,
+#             so every run end is a ledger write); latency and CPU as for paced
+#   idlesweep nginx and aguard only, each count of IDLE_COUNTS silent streams on
+#             a freshly started proxy: RSS per stream against the number of
+#             streams (counts are capped by the open-file limit: a proxy holds
+#             two descriptors per stream)
+#
+# While it runs it logs to stderr each measurement's phase, round and target,
+# and an estimate of the time left. ≈20 minutes on a quiet machine (QUICK=1:
+# ≈8), plus the waits for quiet.
 #
 # Everything listens on and targets 127.0.0.1 only; every process started here
 # is stopped on exit; nginx and redis-server run in the foreground (nginx from
@@ -35,6 +51,14 @@ REDIS_PORT=$((BASE_PORT + 5))
 AGUARD_REDIS_PORT=$((BASE_PORT + 6))
 ADMIN_REDIS_PORT=$((BASE_PORT + 7))
 LEDGER_PORT=$((BASE_PORT + 8))
+FRESH_NGINX_PORT=$((BASE_PORT + 9))    # idlesweep: a fresh proxy for each count
+FRESH_AGUARD_PORT=$((BASE_PORT + 10))
+FRESH_ADMIN_PORT=$((BASE_PORT + 11))
+if [[ -n ${QUICK:-} ]]; then
+	: "${UNPACED_SECONDS:=5}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}"
+	: "${SWEEP_SECONDS:=5}" "${SWEEP_STREAMS:=100 1000 5000}" "${IDLE_COUNTS:=1000 10000}"
+fi
+PHASES=${PHASES:-idle unpaced paced sweep tools idlesweep}
 DELTA=${DELTA:-64}                      # bytes per TEXT_MESSAGE_CONTENT delta
 IDLE_STREAMS=${IDLE_STREAMS:-1000}
 UNPACED_STREAMS=${UNPACED_STREAMS:-50}
@@ -50,6 +74,10 @@ TOOLS_CALLS=${TOOLS_CALLS:-2}
 TOOLS_ARGS=${TOOLS_ARGS:-1024}
 TOOLS_SECONDS=${TOOLS_SECONDS:-20}
 TOOLS_RAMP=${TOOLS_RAMP:-10}            # seconds; spreads run ends over a run's length
+SWEEP_STREAMS=${SWEEP_STREAMS:-100 300 1000 3000 5000}
+SWEEP_TOTAL_RATE=${SWEEP_TOTAL_RATE:-20000} # events/s offered in all at every stream count
+SWEEP_SECONDS=${SWEEP_SECONDS:-10}
+IDLE_COUNTS=${IDLE_COUNTS:-1000 3000 10000}
 MAX_LOAD=${MAX_LOAD:-0.8}               # 1-minute load average considered quiet
 MAX_BUSY=${MAX_BUSY:-0.25}              # or: CPUs busy over 3 s while our processes idle
 WAIT_BUDGET=${WAIT_BUDGET:-300}         # seconds of waiting for quiet, in all
@@ -102,8 +130,26 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- what it needs ----------------------------------------------------------
+# The open-file limit: raised to the hard limit (root may raise that too).
+# A proxy holds two descriptors per stream (consumer and agent), loadgen and
+# agentsim one: idlesweep's counts above what the limit allows are capped.
+ulimit -Hn 65536 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-(($(ulimit -n) >= 3 * IDLE_STREAMS + 100)) || die "open-file limit $(ulimit -n) is too low for $IDLE_STREAMS streams"
+NOFILE=$(ulimit -n)
+(( NOFILE >= 2 * IDLE_STREAMS + 200 )) || die "open-file limit $NOFILE is too low for $IDLE_STREAMS streams"
+MAX_STREAMS=$(( (NOFILE - 200) / 2 ))
+counts=()
+for n in $IDLE_COUNTS; do
+	if (( n > MAX_STREAMS )); then
+		log "open-file limit $NOFILE: idlesweep measures $MAX_STREAMS streams instead of $n"
+		n=$MAX_STREAMS
+	fi
+	counts+=("$n")
+done
+IDLE_COUNTS="${counts[*]}"
+for n in $SWEEP_STREAMS; do
+	(( n <= MAX_STREAMS )) || die "open-file limit $NOFILE is too low for $n streams (SWEEP_STREAMS)"
+done
 command -v go >/dev/null || die "go is not installed"
 if ! command -v nginx >/dev/null; then
 	log "installing nginx from Debian's packages (the service is not started)"
@@ -129,7 +175,8 @@ if ! command -v redis-server >/dev/null; then
 fi
 REDIS=$(command -v redis-server)
 
-for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$ADMIN_PORT" "$REDIS_PORT" "$AGUARD_REDIS_PORT" "$ADMIN_REDIS_PORT" "$LEDGER_PORT"; do
+for port in "$SIM_PORT" "$NGINX_PORT" "$AGUARD_PORT" "$ADMIN_PORT" "$REDIS_PORT" "$AGUARD_REDIS_PORT" "$ADMIN_REDIS_PORT" "$LEDGER_PORT" \
+	"$FRESH_NGINX_PORT" "$FRESH_AGUARD_PORT" "$FRESH_ADMIN_PORT"; do
 	if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 		die "port $port on 127.0.0.1 is in use; set BASE_PORT"
 	fi
@@ -144,20 +191,26 @@ for shape in "-events 20" "-events 20 -tools 2 -args 1024 -frontend" "-events 5 
 	# shellcheck disable=SC2086
 	"$BIN/agentsim" -print -delta "$DELTA" $shape >"$WORK/run.sse"
 	"$BIN/aguard" replay --input "$WORK/input.json" --report "$WORK/report.json" "$WORK/run.sse" >"$WORK/out.sse"
-	grep -q '"notes": \[\]' "$WORK/report.json" || die "aguard noted something on agentsim $shape: $(cat "$WORK/report.json")"
+	# Agent-side calls to a tool the application did not advertise are held
+	# until judged, and released unchanged: "held" is the one note allowed.
+	if grep -o '"kind": *"[a-z_]*"' "$WORK/report.json" | grep -qv '"held"'; then
+		die "aguard noted something on agentsim $shape: $(cat "$WORK/report.json")"
+	fi
 	cmp -s <(grep '^data:' "$WORK/run.sse") <(grep '^data:' "$WORK/out.sse") || die "aguard changed agentsim's run $shape"
 done
 log "agentsim's runs pass aguard replay unchanged"
 
 # --- the servers --------------------------------------------------------
-cat >"$WORK/nginx/nginx.conf" <<EOF
+# nginx_conf PORT: an SSE reverse proxy in front of agentsim on 127.0.0.1:PORT.
+nginx_conf() {
+	cat <<EOF
 # SSE reverse proxy in front of agentsim, loopback only, run in the foreground.
 daemon off;
 worker_processes auto;
-worker_rlimit_nofile 20000;
+worker_rlimit_nofile $NOFILE;
 pid nginx.pid;
 error_log error.log warn;
-events { worker_connections 10000; }
+events { worker_connections $NOFILE; }
 http {
     access_log off;
     client_body_temp_path tmp/body;
@@ -171,7 +224,7 @@ http {
         keepalive 256;
     }
     server {
-        listen 127.0.0.1:$NGINX_PORT;
+        listen 127.0.0.1:$1;
         location / {
             proxy_pass http://agent;
             proxy_http_version 1.1;
@@ -185,6 +238,8 @@ http {
     }
 }
 EOF
+}
+nginx_conf "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
 "$NGINX" -t -q -p "$WORK/nginx/" -c nginx.conf -e error.log || die "nginx rejected its configuration"
 
 "$BIN/agentsim" -listen "127.0.0.1:$SIM_PORT" -delta "$DELTA" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
@@ -271,59 +326,199 @@ declare -A URL=([direct]="http://127.0.0.1:$SIM_PORT/agent" [nginx]="http://127.
 	[aguard-ledger]="http://127.0.0.1:$LEDGER_PORT/agent")
 declare -A PROXY_PID=([nginx]=$NGINX_PID [aguard]=$AGUARD_PID [aguard-redis]=$AGUARD_REDIS_PID [aguard-ledger]=$LEDGER_PID)
 
-# measure PHASE TARGET QUERY LOADGEN-ARGS...
+# Progress: the phases run twice, first as a plan (PLAN=1: measure only
+# adds up each measurement's expected length), then for real. The time left
+# is the plan's remainder, scaled by how long the measurements so far took
+# against their plan (waits for quiet included).
+PLAN=1
+STEPS=0
+STEP=0
+EST_TOTAL=0
+EST_DONE=0
+T0=0
+
+# expected LOADGEN-ARGS...: seconds a loadgen run is expected to take, with
+# the quiet check before it.
+expected() {
+	local t=4 idle=0 settle=2
+	while (($#)); do
+		case $1 in
+		-ramp | -warmup | -duration) t=$((t + ${2%s})) && shift ;;
+		-settle) settle=${2%s} && shift ;;
+		-idle) idle=1 ;;
+		esac
+		shift
+	done
+	((idle)) && t=$((t + 2 * settle + 1))
+	echo "$t"
+}
+
+# progress LABEL: logs the measurement about to run and the time left.
+progress() {
+	local now left
+	now=$(date +%s)
+	left=$((EST_TOTAL - EST_DONE))
+	if ((EST_DONE > 0)); then
+		left=$(awk -v l="$left" -v e="$((now - T0))" -v d="$EST_DONE" 'BEGIN{f=e/d; if (f<1) f=1; printf "%d", l*f}')
+	fi
+	log "[$STEP/$STEPS] $1 — about $((left / 60)) min $((left % 60)) s left"
+}
+
+# measure PHASE TARGET QUERY LOADGEN-ARGS... (M_URL and M_PID, when set,
+# replace the target's URL and proxy process: the fresh proxies of idlesweep).
 measure() {
 	local phase=$1 target=$2 query=$3
 	shift 3
+	local est
+	est=$(expected "$@")
+	if ((PLAN)); then
+		STEPS=$((STEPS + 1))
+		EST_TOTAL=$((EST_TOTAL + est))
+		return
+	fi
+	STEP=$((STEP + 1))
+	local label=$phase
+	[[ $phase == paced-r* ]] && label="paced, round ${phase#paced-r} of $PACED_ROUNDS"
+	progress "$label / $target"
+	local url=${M_URL:-${URL[$target]}} pid=${M_PID:-${PROXY_PID[$target]:-}}
 	local watch=(-watch "agentsim=$SIM_PID")
-	[[ -n ${PROXY_PID[$target]:-} ]] && watch+=(-watch "proxy=${PROXY_PID[$target]}")
+	[[ -n $pid ]] && watch+=(-watch "proxy=$pid")
 	[[ $target == aguard-redis || $target == aguard-ledger ]] && watch+=(-watch "redis=$REDIS_PID")
 	quiet "$RES/$phase-$target.noise"
 	log "$phase / $target ($(cat "$RES/$phase-$target.noise"))"
-	timeout 180 "$BIN/loadgen" -json -label "$phase-$target" -url "${URL[$target]}?$query" "${watch[@]}" \
+	timeout 300 "$BIN/loadgen" -json -label "$phase-$target" -url "$url?$query" "${watch[@]}" \
 		-agent-stats "http://127.0.0.1:$SIM_PORT/stats" "$@" \
 		>"$RES/$phase-$target.json" || die "loadgen failed in $phase / $target"
+	EST_DONE=$((EST_DONE + est))
 }
 
-for t in "${TARGETS[@]}"; do
-	measure idle "$t" "idle=true" -idle -streams "$IDLE_STREAMS" -ramp 2s -settle 2s
-done
-for t in "${TARGETS[@]}"; do
-	measure unpaced "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
-done
+# start_fresh TARGET: a new nginx or aguard for idlesweep (FRESH_PID, FRESH_URL).
+FRESH_PID=""
+FRESH_URL=""
+start_fresh() {
+	local port
+	case $1 in
+	nginx)
+		rm -rf "$WORK/nginx-fresh" && mkdir -p "$WORK/nginx-fresh/tmp"
+		nginx_conf "$FRESH_NGINX_PORT" >"$WORK/nginx-fresh/nginx.conf"
+		"$NGINX" -p "$WORK/nginx-fresh/" -c nginx.conf -e error.log &
+		FRESH_PID=$!
+		port=$FRESH_NGINX_PORT
+		;;
+	aguard)
+		"$BIN/aguard" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$FRESH_AGUARD_PORT" \
+			--admin-listen "127.0.0.1:$FRESH_ADMIN_PORT" --drain-timeout 2s --log-format json >>"$WORK/aguard-fresh.log" 2>&1 &
+		FRESH_PID=$!
+		port=$FRESH_AGUARD_PORT
+		;;
+	esac
+	PIDS+=("$FRESH_PID")
+	FRESH_URL="http://127.0.0.1:$port/agent"
+	for i in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return
+		((i < 100)) || die "the fresh $1 does not listen on 127.0.0.1:$port"
+		sleep 0.1
+	done
+}
+
+# stop_fresh: stops the fresh proxy and waits for it to exit.
+stop_fresh() {
+	kill -TERM "$FRESH_PID" 2>/dev/null || true
+	wait "$FRESH_PID" 2>/dev/null || true
+	local keep=() pid
+	for pid in "${PIDS[@]}"; do
+		[[ $pid == "$FRESH_PID" ]] || keep+=("$pid")
+	done
+	PIDS=("${keep[@]}")
+	FRESH_PID=""
+}
+
+# phase NAME: true when PHASES includes it.
+phase() { [[ " $PHASES " == *" $1 "* ]]; }
+
 # The paced phase decides the CPU target, and one run of it varies by ±5 %
 # on a shared machine: it runs PACED_ROUNDS times, the targets interleaved,
 # and the report shows each target's median round (by the proxy's CPU per
 # event; for direct, by p99 latency), with every round listed.
-for r in $(seq "$PACED_ROUNDS"); do
-	for t in "${TARGETS[@]}"; do
-		measure "paced-r$r" "$t" "events=1000000000&rate=$PACED_RATE" -streams "$PACED_STREAMS" -ramp 2s -warmup 3s -duration "${PACED_SECONDS}s"
-	done
-done
-# figure FILE: the proxy's CPU s per 1M events, or p99 ms without a proxy.
-figure() {
-	awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
-		END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
+run_phases() {
+	local t r n rate ramp
+	if phase idle; then
+		for t in "${TARGETS[@]}"; do
+			measure idle "$t" "idle=true" -idle -streams "$IDLE_STREAMS" -ramp 2s -settle 2s
+		done
+	fi
+	if phase unpaced; then
+		for t in "${TARGETS[@]}"; do
+			measure unpaced "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
+		done
+	fi
+	if phase paced; then
+		for r in $(seq "$PACED_ROUNDS"); do
+			for t in "${TARGETS[@]}"; do
+				measure "paced-r$r" "$t" "events=1000000000&rate=$PACED_RATE" -streams "$PACED_STREAMS" -ramp 2s -warmup 3s -duration "${PACED_SECONDS}s"
+			done
+		done
+	fi
+	# CPU per event against the number of streams, at one total event rate:
+	# what each open stream costs beyond its events.
+	if phase sweep; then
+		for n in $SWEEP_STREAMS; do
+			rate=$(awk -v t="$SWEEP_TOTAL_RATE" -v n="$n" 'BEGIN{printf "%g", t/n}')
+			ramp=$((n / 1000 > 2 ? n / 1000 : 2))
+			for t in nginx aguard; do
+				measure "sweep-n$n" "$t" "events=1000000000&rate=$rate" -streams "$n" -ramp "${ramp}s" -warmup 3s -duration "${SWEEP_SECONDS}s"
+			done
+		done
+	fi
+	if phase tools; then
+		for t in "${TARGETS[@]}"; do
+			measure tools "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
+				-streams "$TOOLS_STREAMS" -ramp "${TOOLS_RAMP}s" -warmup 2s -duration "${TOOLS_SECONDS}s"
+		done
+	fi
+	# Memory per idle stream against the number of streams, each count on a
+	# freshly started proxy (Go keeps the heap an earlier count grew).
+	if phase idlesweep; then
+		for n in $IDLE_COUNTS; do
+			ramp=$((n / 2000 > 2 ? n / 2000 : 2))
+			for t in nginx aguard; do
+				((PLAN)) || start_fresh "$t"
+				M_URL=$FRESH_URL M_PID=$FRESH_PID measure "idle-n$n" "$t" "idle=true" -idle -streams "$n" -ramp "${ramp}s" -settle 2s -open-timeout 120s
+				((PLAN)) || stop_fresh
+			done
+		done
+	fi
 }
-for t in "${TARGETS[@]}"; do
-	figures=()
-	for r in $(seq "$PACED_ROUNDS"); do
-		figures+=("$(figure "$RES/paced-r$r-$t.json")")
+
+run_phases
+log "plan: $STEPS measurements (phases: $PHASES), about $((EST_TOTAL / 60)) min without waits for quiet"
+PLAN=0
+T0=$(date +%s)
+run_phases
+
+if phase paced; then
+	# figure FILE: the proxy's CPU s per 1M events, or p99 ms without a proxy.
+	figure() {
+		awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
+			END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
+	}
+	for t in "${TARGETS[@]}"; do
+		figures=()
+		for r in $(seq "$PACED_ROUNDS"); do
+			figures+=("$(figure "$RES/paced-r$r-$t.json")")
+		done
+		# The round of the median figure (rounds are numbered from 1).
+		median=$(for i in "${!figures[@]}"; do echo "${figures[$i]} $((i + 1))"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
+		cp "$RES/paced-r$median-$t.json" "$RES/paced-$t.json"
+		cp "$RES/paced-r$median-$t.noise" "$RES/paced-$t.noise"
+		rounds=$(printf ' / %s' "${figures[@]}")
+		PACED_ROUNDS_TEXT+="${PACED_ROUNDS_TEXT:+; }$t ${rounds# / }"
 	done
-	# The round of the median figure (rounds are numbered from 1).
-	median=$(for i in "${!figures[@]}"; do echo "${figures[$i]} $((i + 1))"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
-	cp "$RES/paced-r$median-$t.json" "$RES/paced-$t.json"
-	cp "$RES/paced-r$median-$t.noise" "$RES/paced-$t.noise"
-	rounds=$(printf ' / %s' "${figures[@]}")
-	PACED_ROUNDS_TEXT+="${PACED_ROUNDS_TEXT:+; }$t ${rounds# / }"
-done
-for t in "${TARGETS[@]}"; do
-	measure tools "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
-		-streams "$TOOLS_STREAMS" -ramp "${TOOLS_RAMP}s" -warmup 2s -duration "${TOOLS_SECONDS}s"
-done
+fi
 if command -v redis-cli >/dev/null; then
 	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats >"$RES/redis-commandstats.txt" 2>/dev/null || true
 fi
+log "measured in $(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 )) s (waited ${WAITED} s for quiet)"
 
 # --- report ---------------------------------------------------------------------
 {
@@ -335,6 +530,8 @@ fi
 	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up, $PACED_ROUNDS rounds with the targets interleaved, each target's median round shown; idle: $IDLE_STREAMS streams"
 	echo "- paced rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $PACED_ROUNDS_TEXT"
 	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up"
+	echo "- sweep (nginx and aguard): $SWEEP_TOTAL_RATE events/s offered in all, shared by $(echo "$SWEEP_STREAMS" | sed 's/ /, /g') streams in turn, ${SWEEP_SECONDS}s window after a ramp of max(2 s, streams/1000 s) + 3s warm-up"
+	echo "- idlesweep (nginx and aguard): $(echo "$IDLE_COUNTS" | sed 's/ /, /g') silent streams, each count on a freshly started proxy (open-file limit $NOFILE)"
 	echo "- aguard + Redis: a second \`aguard serve\` with \`--redis redis://127.0.0.1:$REDIS_PORT/0\`, $("$REDIS" --version | cut -d' ' -f1-3) on loopback, \`--save '' --appendonly no\`"
 	echo "- aguard + Redis ledger wired: \`bench/cmd/aguardprof -redis redis://127.0.0.1:$REDIS_PORT/1\` — the same data plane built in-process with the ledger in Redis, a cross-check of the serve --redis column"
 	if [[ -s $RES/redis-commandstats.txt ]]; then
@@ -342,8 +539,9 @@ fi
 	fi
 } >"$WORK/meta.md"
 mkdir -p "$(dirname "$OUT_MD")"
-"$BIN/benchreport" -dir "$RES" -meta "$WORK/meta.md" -paced-rate "$PACED_RATE" -tools-rate "$TOOLS_RATE" | tee "$OUT_MD"
+"$BIN/benchreport" -dir "$RES" -meta "$WORK/meta.md" -paced-rate "$PACED_RATE" -tools-rate "$TOOLS_RATE" -nofile "$NOFILE" | tee "$OUT_MD"
 mkdir -p "${OUT_MD%.md}"
 cp "$RES"/*.json "$RES"/*.noise "${OUT_MD%.md}/"
 cp "$RES"/*.txt "${OUT_MD%.md}/" 2>/dev/null || true
-log "wrote $OUT_MD and the raw results in ${OUT_MD%.md}/"
+"$BIN/benchplot" -dir "${OUT_MD%.md}" || die "benchplot failed"
+log "wrote $OUT_MD, the raw results and the figures (PNG) in ${OUT_MD%.md}/"

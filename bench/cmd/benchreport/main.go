@@ -7,7 +7,10 @@
 //
 // The directory holds <phase>-<target>.json for the phases idle, unpaced,
 // paced and tools and the targets direct, nginx, aguard, aguard-redis and
-// aguard-ledger; a missing file shows as "—". aguard-ledger is aguardprof
+// aguard-ledger; sweep-n<streams>-<target>.json (CPU per event against the
+// number of streams) and idle-n<streams>-<target>.json (memory per idle
+// stream against their number) for nginx and aguard. A missing file shows as
+// "—", and a target it decides as "not measured". aguard-ledger is aguardprof
 // -redis: the same data plane built in-process with the ledger in Redis.
 package main
 
@@ -94,6 +97,7 @@ func main() {
 	meta := flag.String("meta", "", "Markdown file with the machine description, copied into the report")
 	pacedRate := flag.Float64("paced-rate", 20, "events per second per stream of the paced phase (for the offered load)")
 	toolsRate := flag.Float64("tools-rate", 20, "events per second per stream of the tool-call phase (for the offered load)")
+	nofile := flag.Int("nofile", 0, "the open-file limit the run had (it caps the idle sweep's largest count)")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("benchreport: -dir is required")
@@ -108,6 +112,10 @@ func main() {
 			res[phase+"-"+t.key] = r
 		}
 	}
+	sw, err := loadSweeps(*dir)
+	if err != nil {
+		log.Fatalf("benchreport: %v", err)
+	}
 	var metaText string
 	if *meta != "" {
 		b, err := os.ReadFile(*meta)
@@ -116,7 +124,7 @@ func main() {
 		}
 		metaText = string(b)
 	}
-	write(os.Stdout, res, metaText, *pacedRate, *toolsRate)
+	write(os.Stdout, res, sw, metaText, *pacedRate, *toolsRate, *nofile)
 }
 
 // load reads one result; a missing file is a nil result.
@@ -323,7 +331,7 @@ var proxies = []string{"nginx", "aguard", "aguard-redis", "aguard-ledger"}
 
 var redisUsers = []string{"aguard-redis", "aguard-ledger"}
 
-func write(w io.Writer, res results, meta string, pacedRate, toolsRate float64) {
+func write(w io.Writer, res results, sw sweeps, meta string, pacedRate, toolsRate float64, nofile int) {
 	t := table{w, res}
 
 	fmt.Fprintln(w, "# aguard load benchmark")
@@ -411,32 +419,8 @@ func write(w io.Writer, res results, meta string, pacedRate, toolsRate float64) 
 		t.row(cells...)
 	}
 
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Targets (from the issue):")
-	fmt.Fprintln(w)
-	met := func(ok, known bool) string {
-		switch {
-		case !known:
-			return "not measured"
-		case ok:
-			return "**met**"
-		default:
-			return "**missed**"
-		}
-	}
-	for _, a := range aguards {
-		fmt.Fprintf(w, "- %s:\n", a.title)
-		ac, nc := res.of("paced", a.key, procCPU("proxy")), res.of("paced", "nginx", procCPU("proxy"))
-		fmt.Fprintf(w, "  - CPU per event ≤ 1.5× nginx on pass-through traffic (paced load): %s — %s\n",
-			ratio(ac, nc), met(ac.v <= 1.5*nc.v, ac.ok && nc.ok))
-		au, nu := res.of("unpaced", a.key, procCPU("proxy")), res.of("unpaced", "nginx", procCPU("proxy"))
-		fmt.Fprintf(w, "    - at the unpaced load: %s — %s\n", ratio(au, nu), met(au.v <= 1.5*nu.v, au.ok && nu.ok))
-		a99, n99 := res.of("paced", a.key, p99), res.of("paced", "nginx", p99)
-		fmt.Fprintf(w, "  - added p99 latency at the paced load within 1 ms of nginx's: %s — %s\n",
-			value{a99.v - n99.v, a99.ok && n99.ok}.fmt("%+.3f ms"), met(a99.v-n99.v <= 1, a99.ok && n99.ok))
-		am := res.of("idle", a.key, procRSS("proxy"))
-		fmt.Fprintf(w, "  - memory per idle stream under 32 KiB: %s — %s\n", am.fmt("%.1f KiB"), met(am.v < 32, am.ok))
-	}
+	writeSweeps(w, sw)
+	writeTargets(w, res, sw, nofile)
 	for _, c := range []struct {
 		phase string
 		rate  float64

@@ -7,8 +7,9 @@
 // -max-runs runs were started. It reports the events delivered per second,
 // errors, and the latency of each TEXT_MESSAGE_CONTENT whose delta starts with
 // agentsim's send stamp "t=<unix nanos>;" (receive time minus send time, one
-// clock: run everything on one machine). Only events received inside the
-// measuring window (after -ramp and -warmup) count.
+// clock: run everything on one machine) as quantiles, and as a CDF (a
+// quantile list, log-spaced in its tail) for plotting. Only events received
+// inside the measuring window (after -ramp and -warmup) count.
 //
 // Idle mode (-idle) opens -streams streams whose agent stays silent (the URL
 // should ask agentsim for idle=true), waits until each has received its
@@ -41,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -241,7 +243,31 @@ type latency struct {
 	P99     float64 `json:"p99Ms"`
 	P999    float64 `json:"p999Ms"`
 	Max     float64 `json:"maxMs"`
+	// CDF is the distribution at cdfQuantiles and at the maximum (q = 1):
+	// enough points to draw it, its tail included (benchplot).
+	CDF []cdfPoint `json:"cdf"`
 }
+
+// cdfPoint is one quantile of the latency: a fraction Q of the samples took
+// at most Ms milliseconds.
+type cdfPoint struct {
+	Q  float64 `json:"q"`
+	Ms float64 `json:"ms"`
+}
+
+// cdfQuantiles are the quantiles a latency's CDF is given at: every 5 % of
+// its body, then log-spaced in 1 − q (ten points per decade) down to
+// 1 − q = 10⁻⁵, so the tail is drawn as finely as the body.
+var cdfQuantiles = func() []float64 {
+	qs := []float64{0.001, 0.01}
+	for p := 5; p < 90; p += 5 {
+		qs = append(qs, float64(p)/100)
+	}
+	for k := 10; k <= 50; k++ {
+		qs = append(qs, 1-math.Pow(10, -float64(k)/10))
+	}
+	return qs
+}()
 
 // procResult is one watched process over the window.
 type procResult struct {
@@ -640,7 +666,15 @@ func summarise(ns []int64) *latency {
 		i := int(p * float64(len(ns)-1))
 		return float64(ns[i]) / 1e6
 	}
-	return &latency{Samples: len(ns), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999), Max: float64(ns[len(ns)-1]) / 1e6}
+	l := &latency{Samples: len(ns), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999), Max: float64(ns[len(ns)-1]) / 1e6}
+	for _, p := range cdfQuantiles {
+		// A quantile finer than the samples can resolve is left out.
+		if (1-p)*float64(len(ns)) >= 1 {
+			l.CDF = append(l.CDF, cdfPoint{Q: p, Ms: q(p)})
+		}
+	}
+	l.CDF = append(l.CDF, cdfPoint{Q: 1, Ms: l.Max})
+	return l
 }
 
 func (r *result) printTable(w io.Writer) {
