@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"sync"
 )
 
 // ErrEventTooLarge reports an event larger than the configured maximum. The
@@ -16,14 +17,50 @@ var ErrEventTooLarge = errors.New("sse: event larger than the limit")
 // bufio.MaxScanTokenSize.
 const defaultMaxEvent = 64 << 10
 
-// Buffer sizes of a reader. A stream starts with a small buffer (most events
-// are small, and an idle stream should hold little), grows it by doubling
-// while one event needs more, and gives a buffer larger than keepBuffer back
-// once the event that needed it has been handled.
+// Buffer sizes of a reader. A reader reads into smallBuffer bytes of its
+// own while nothing larger is needed (most events are small, and an idle
+// stream should hold little): a chunked answer's read returns one chunk,
+// usually one event. An event that needs more moves to a buffer of
+// startBuffer bytes, doubled while it needs more; buffers up to keepBuffer
+// are taken from pools (one per size), and every such buffer is given back
+// as soon as the reader holds no byte in it, so a stream between events
+// holds only its small buffer.
 const (
+	smallBuffer = 512
 	startBuffer = 4 << 10
 	keepBuffer  = 64 << 10
 )
+
+// pooled is a buffer of one of the pools' sizes (startBuffer << i).
+type pooled struct{ b []byte }
+
+// pools hold the buffers of startBuffer << i bytes, up to keepBuffer.
+var pools [5]sync.Pool
+
+// getBuffer returns a buffer of at least n bytes: from a pool when n is at
+// most keepBuffer (p is then what to give back), else a new one.
+func getBuffer(n int) (b []byte, p *pooled) {
+	for i, size := 0, startBuffer; size <= keepBuffer; i, size = i+1, size*2 {
+		if n <= size {
+			p, _ = pools[i].Get().(*pooled)
+			if p == nil {
+				p = &pooled{b: make([]byte, size)}
+			}
+			return p.b, p
+		}
+	}
+	return make([]byte, n), nil
+}
+
+// putBuffer gives a pooled buffer back.
+func putBuffer(p *pooled) {
+	for i, size := 0, startBuffer; size <= keepBuffer; i, size = i+1, size*2 {
+		if len(p.b) == size {
+			pools[i].Put(p)
+			return
+		}
+	}
+}
 
 // bom is the UTF-8 byte order mark a stream may start with.
 var bom = []byte("\xEF\xBB\xBF")
@@ -76,7 +113,8 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 type reader struct {
 	r   io.Reader
 	max int
-	buf []byte
+	buf []byte  // small, or a larger buffer while an event needs it
+	own *pooled // buf's pool, when it came from one
 
 	ds, de  int  // the current event's data
 	hasData bool // the current event has a data line (possibly empty)
@@ -89,6 +127,8 @@ type reader struct {
 	skipLF bool // the last line ended with a CR that was the last byte read: an LF right after it belongs to it
 	eof    bool
 	err    error // the read error that ends the stream, once the bytes before it are parsed
+
+	small [smallBuffer]byte
 }
 
 // next returns the data of the next event that has data, io.EOF at the end
@@ -185,21 +225,24 @@ func (r *reader) line(line []byte, eol int) (data []byte, ok bool, err error) {
 // fill reads more bytes, first making room when the buffer is full: the
 // bytes still needed (the current event's data and what is not parsed yet)
 // move to the front of the buffer, or to one twice its size when they fill
-// more than half of it. A large buffer is given back once it holds nothing
-// that needs it.
+// more than half of it. A buffer larger than the small one is given back
+// once it holds nothing that needs it: at once when it holds nothing at all
+// (the read may block for as long as the agent is silent), and when it is
+// larger than keepBuffer, once what it holds fits in half of keepBuffer.
 func (r *reader) fill() {
 	live := r.end - r.pos
 	if r.hasData {
 		live += r.de - r.ds
 	}
+	small := r.buf != nil && &r.buf[0] == &r.small[0]
 	switch {
-	case r.buf == nil:
-		r.buf = make([]byte, startBuffer)
+	case r.buf == nil || (live == 0 && !small):
+		r.swap(r.small[:], nil)
 	case len(r.buf) > keepBuffer && live <= keepBuffer/2:
-		r.move(make([]byte, max(startBuffer, 2*live)))
+		r.swap(getBuffer(max(startBuffer, 2*live)))
 	case r.end < len(r.buf): // room left to read into
 	case live > len(r.buf)/2:
-		r.move(make([]byte, min(2*len(r.buf), r.max+startBuffer)))
+		r.swap(getBuffer(max(startBuffer, min(2*len(r.buf), r.max+startBuffer))))
 	default:
 		r.move(r.buf)
 	}
@@ -211,6 +254,20 @@ func (r *reader) fill() {
 			r.err = err
 		}
 	}
+}
+
+// swap moves what the reader holds to buf (from pool own, or nil) and gives
+// the buffer it leaves back to its pool.
+func (r *reader) swap(buf []byte, own *pooled) {
+	if r.buf != nil {
+		r.move(buf)
+	} else {
+		r.buf = buf
+	}
+	if r.own != nil {
+		putBuffer(r.own)
+	}
+	r.own = own
 }
 
 // move copies the bytes still needed to the front of buf, which may be the

@@ -146,6 +146,59 @@ func TestEventsGivesLargeBuffersBack(t *testing.T) {
 	}
 }
 
+// TestEventsHoldsOnlyTheSmallBufferBetweenEvents pins that a reader holds no
+// buffer but its own small one while it waits for the next event, even
+// after an event that needed a larger one: an idle stream costs
+// smallBuffer bytes, not startBuffer or more.
+func TestEventsHoldsOnlyTheSmallBufferBetweenEvents(t *testing.T) {
+	big := "data: " + strings.Repeat("x", 10<<10) + "\n\n"
+	// Reads of at most 1,000 bytes that end where events end, as the
+	// chunks of an agent's chunked answer do.
+	pieces := []string{big, "data: {}\n\n", big}
+	var lens []int
+	r := reader{r: readFunc(func(b []byte) (int, error) {
+		lens = append(lens, len(b))
+		if len(pieces) == 0 {
+			return 0, io.EOF
+		}
+		n := copy(b, pieces[0][:min(len(pieces[0]), 1000)])
+		pieces[0] = pieces[0][n:]
+		if pieces[0] == "" {
+			pieces = pieces[1:]
+		}
+		return n, nil
+	}), max: 1 << 20, bom: true}
+	var sizes []int
+	var next []int // the index of the read after each event
+	for {
+		data, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		sizes = append(sizes, len(data))
+		next = append(next, len(lens))
+	}
+	if len(sizes) != 3 || sizes[0] != 10<<10 || sizes[1] != 2 || sizes[2] != 10<<10 {
+		t.Fatalf("events of %v bytes", sizes)
+	}
+	for _, i := range next {
+		if lens[i] > smallBuffer {
+			t.Fatalf("read %d, after an event, had room for %d bytes: more than the small buffer (reads %v)", i, lens[i], lens)
+		}
+	}
+	if r.own != nil {
+		t.Fatalf("a pooled buffer of %d bytes is held after the last event", len(r.own.b))
+	}
+}
+
+// readFunc is an io.Reader.
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(b []byte) (int, error) { return f(b) }
+
 // smallReads returns at most n bytes per Read.
 type smallReads struct {
 	r io.Reader
