@@ -146,6 +146,7 @@ func (p *Proxy) startStream(ctx *fasthttp.RequestCtx, rq request, ans *reply, in
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	ans.dropHead() // copied: the stream needs no more of it
 	chunk := ctx.Request.Header.IsHTTP11()
 	keep := chunk && !ctx.Request.Header.ConnectionClose()
 	if chunk {

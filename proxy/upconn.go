@@ -438,9 +438,29 @@ func releaseReader(br *bufio.Reader) {
 type reply struct {
 	resp *fasthttp.Response
 	conn *upConn
-	br   *bufio.Reader
-	body io.Reader // resp.BodyStream(); nil when the answer has none
-	done bool      // the body was read to its end
+	br   *bufio.Reader // the head was read through it; nil once a chunked body drained it
+	body io.Reader     // the body; nil when the answer has none
+	ch   *chunked      // body, when it is chunked
+	done bool          // the body was read to its end
+	// reusableHead is headAllowsReuse, kept when dropHead let resp go.
+	reusableHead bool
+}
+
+// newReply is the answer whose head resp was read from c through br. A
+// chunked body (what a stream of events usually is) is read by chunked,
+// which gives br back as soon as it is empty; any other body through
+// fasthttp's body stream.
+func newReply(resp *fasthttp.Response, c *upConn, br *bufio.Reader) *reply {
+	a := &reply{resp: resp, conn: c, br: br, body: resp.BodyStream()}
+	if a.body != nil && resp.Header.ContentLength() == -1 {
+		resp.CloseBodyStream() // never read: fasthttp takes it back
+		a.ch = &chunked{br: br, conn: c.conn, onDrained: func() {
+			releaseReader(a.br)
+			a.br = nil
+		}}
+		a.body = a.ch
+	}
+	return a
 }
 
 // Read reads the body.
@@ -462,18 +482,44 @@ func (a *reply) Read(b []byte) (int, error) {
 // release.
 func (a *reply) abort() { a.conn.close() }
 
+// dropHead lets the answer's head go once it has been copied, when the
+// body no longer needs it (a chunked body, read by chunked): a stream that
+// lasts holds what release needs of it, not fasthttp's Response.
+func (a *reply) dropHead() {
+	if a.ch == nil || a.resp == nil {
+		return
+	}
+	a.reusableHead = a.headAllowsReuse()
+	fasthttp.ReleaseResponse(a.resp)
+	a.resp = nil
+}
+
+// headAllowsReuse reports whether the answer's head lets its connection
+// carry another request once the body has been read to its end.
+func (a *reply) headAllowsReuse() bool {
+	h := &a.resp.Header
+	return h.IsHTTP11() && !h.ConnectionClose() && h.ContentLength() != -2 // -2: the body ran to the close
+}
+
 // release is the end of the answer: the connection goes back to the pool
 // when the body was read to its end and the connection may carry another
 // request, and is closed otherwise; then resp is released.
 func (a *reply) release() {
-	h := &a.resp.Header
-	reusable := (a.done || a.body == nil) && h.IsHTTP11() && !h.ConnectionClose() &&
-		h.ContentLength() != -2 && a.br.Buffered() == 0 // -2: the body ran to the close
-	releaseReader(a.br)
+	head := a.reusableHead
+	if a.resp != nil {
+		head = a.headAllowsReuse()
+	}
+	reusable := (a.done || a.body == nil) && head &&
+		(a.br == nil || a.br.Buffered() == 0) && (a.ch == nil || !a.ch.extra)
+	if a.br != nil {
+		releaseReader(a.br)
+	}
 	if reusable {
 		a.conn.pool.put(a.conn)
 	} else {
 		a.conn.close()
 	}
-	fasthttp.ReleaseResponse(a.resp)
+	if a.resp != nil {
+		fasthttp.ReleaseResponse(a.resp)
+	}
 }

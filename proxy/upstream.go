@@ -104,7 +104,7 @@ func (u *upstream) do(ctx context.Context, req *fasthttp.Request) (*reply, error
 			if ka := resp.Header.Peek("Keep-Alive"); len(ka) > 0 {
 				u.keep.advertise(ka)
 			}
-			return &reply{resp: resp, conn: c, br: br, body: resp.BodyStream()}, nil
+			return newReply(resp, c, br), nil
 		}
 		fasthttp.ReleaseResponse(resp)
 		var e *exchangeError
