@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -32,6 +34,16 @@ func TestTruncatedResponse(t *testing.T) {
 				conn.(*net.TCPConn).SetLinger(0)
 				conn.Close()
 			}
+		}, 3},
+		{"broken chunk framing, connection kept open", func(w http.ResponseWriter, r *http.Request) {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(start), start)
+			conn.Write([]byte("zz\r\n" + frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`) + "\r\n"))
+			io.Copy(io.Discard, conn) // until aguard lets the connection go
 		}, 3},
 	}
 	for _, tt := range tests {
