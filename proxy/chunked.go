@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 )
 
 // Bounds of a chunked body's framing: a chunk-size line (hex digits,
@@ -33,6 +34,15 @@ type chunked struct {
 	onDrained func()        // called once br is drained, before reading conn
 	conn      io.Reader
 
+	// raw holds bytes read from the connection while it has more than a
+	// caller's buffer takes (a backlog: a read filled the buffer), so that
+	// one read brings many events, as a bufio.Reader would; it goes back
+	// to its pool after a short read (the socket is drained) once its
+	// bytes are used.
+	raw          *rawBuf
+	rpos, rend   int
+	rawLastShort bool
+
 	state   chunkState
 	size    int // the chunk size being read, then the data left in the chunk
 	digits  int
@@ -45,6 +55,15 @@ type chunked struct {
 	extra bool
 	err   error
 }
+
+// rawBuf is a chunked reader's read buffer during a backlog.
+type rawBuf struct{ b [readBufferSize]byte }
+
+var rawBufs = sync.Pool{New: func() any { return new(rawBuf) }}
+
+// backlogRead is the smallest caller's buffer whose filling by one read
+// counts as a backlog.
+const backlogRead = 256
 
 type chunkState uint8
 
@@ -70,23 +89,48 @@ func (c *chunked) Read(b []byte) (int, error) {
 		if c.state == chunkDone {
 			return 0, io.EOF
 		}
+		if c.raw != nil && c.rpos < c.rend {
+			i, w := c.parse(c.raw.b[c.rpos:c.rend], b)
+			c.rpos += i
+			c.releaseRaw()
+			if w > 0 {
+				return w, nil
+			}
+			if c.err != nil {
+				return 0, c.err
+			}
+			continue
+		}
 		if c.err != nil {
 			return 0, c.err
 		}
 		var n int
 		var err error
-		if c.br != nil && c.br.Buffered() > 0 {
+		var out int
+		switch {
+		case c.br != nil && c.br.Buffered() > 0:
 			n, err = c.br.Read(b[:min(len(b), c.br.Buffered())])
-		} else {
+			_, out = c.parse(b[:n], b)
+		default:
 			if c.br != nil {
 				c.br = nil
 				if c.onDrained != nil {
 					c.onDrained()
 				}
 			}
-			n, err = c.conn.Read(b)
+			if c.raw != nil {
+				n, err = c.conn.Read(c.raw.b[:])
+				c.rpos, c.rend, c.rawLastShort = 0, n, n < len(c.raw.b)
+				c.releaseRaw()
+			} else {
+				n, err = c.conn.Read(b)
+				_, out = c.parse(b[:n], b)
+				if n == len(b) && n >= backlogRead && err == nil {
+					c.raw = rawBufs.Get().(*rawBuf)
+					c.rpos, c.rend = 0, 0
+				}
+			}
 		}
-		out := c.parse(b[:n])
 		if err == io.EOF && c.state != chunkDone {
 			err = io.ErrUnexpectedEOF
 		}
@@ -99,18 +143,33 @@ func (c *chunked) Read(b []byte) (int, error) {
 	}
 }
 
-// parse consumes the raw bytes of b, moving the data in them to the front
-// of b, and returns how many data bytes it moved there.
-func (c *chunked) parse(b []byte) int {
+// releaseRaw gives the backlog buffer back once its bytes are used and the
+// read that brought them was short.
+func (c *chunked) releaseRaw() {
+	if c.raw != nil && c.rpos == c.rend && c.rawLastShort {
+		rawBufs.Put(c.raw)
+		c.raw, c.rpos, c.rend = nil, 0, 0
+	}
+}
+
+// parse consumes the raw bytes of src and writes the data in them to dst,
+// which may be src itself (the data moves to its front: it never overtakes
+// what is still to be read); it stops early only when dst is full. It
+// returns the bytes of src consumed and of dst written.
+func (c *chunked) parse(src, dst []byte) (consumed, written int) {
 	w := 0
-	for i := 0; i < len(b); {
+	i := 0
+	for i < len(src) {
 		if c.err != nil {
-			return w
+			return i, w
 		}
 		switch c.state {
 		case chunkData:
-			k := min(c.size, len(b)-i)
-			w += copy(b[w:], b[i:i+k])
+			k := min(c.size, len(src)-i, len(dst)-w)
+			if k == 0 {
+				return i, w // dst is full
+			}
+			w += copy(dst[w:], src[i:i+k])
 			i += k
 			if c.size -= k; c.size == 0 {
 				c.state = chunkDataCR
@@ -118,9 +177,9 @@ func (c *chunked) parse(b []byte) int {
 			continue
 		case chunkDone:
 			c.extra = true
-			return w
+			return len(src), w
 		}
-		ch := b[i]
+		ch := src[i]
 		i++
 		switch c.state {
 		case chunkSize:
@@ -198,7 +257,7 @@ func (c *chunked) parse(b []byte) int {
 			}
 		}
 	}
-	return w
+	return i, w
 }
 
 func (c *chunked) fail(format string, args ...any) {

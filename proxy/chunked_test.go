@@ -131,3 +131,42 @@ func FuzzChunked(f *testing.F) {
 		}
 	})
 }
+
+// TestChunkedBodyReadsABacklogInLargeReads pins that a backlog (a read that
+// fills the caller's buffer) is read from the connection in reads of the
+// backlog buffer's size, not of the caller's, and that the buffer goes back
+// once a short read's bytes are used.
+func TestChunkedBodyReadsABacklogInLargeReads(t *testing.T) {
+	body := strings.Repeat("64\r\n"+strings.Repeat("x", 100)+"\r\n", 100) + "0\r\n\r\n"
+	reads := 0
+	src := strings.NewReader(body)
+	c := &chunked{conn: readFunc(func(b []byte) (int, error) {
+		reads++
+		return src.Read(b)
+	})}
+	buf := make([]byte, 512)
+	total := 0
+	for {
+		n, err := c.Read(buf)
+		total += n
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if total != 100*100 {
+		t.Fatalf("read %d bytes of data, want %d", total, 100*100)
+	}
+	if max := 2 + len(body)/readBufferSize; reads > max {
+		t.Fatalf("%d reads of the connection for %d bytes, want at most %d", reads, len(body), max)
+	}
+	if c.raw != nil {
+		t.Fatal("the backlog buffer is held after the body's end")
+	}
+}
+
+type readFunc func([]byte) (int, error)
+
+func (f readFunc) Read(b []byte) (int, error) { return f(b) }
