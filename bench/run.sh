@@ -329,7 +329,7 @@ declare -A PROXY_PID=([nginx]=$NGINX_PID [aguard]=$AGUARD_PID [aguard-redis]=$AG
 # Progress: the phases run twice, first as a plan (PLAN=1: measure only
 # adds up each measurement's expected length), then for real. The time left
 # is the plan's remainder, scaled by how long the measurements so far took
-# against their plan (waits for quiet included).
+# against their plan.
 PLAN=1
 STEPS=0
 STEP=0
@@ -353,15 +353,18 @@ expected() {
 	echo "$t"
 }
 
-# progress LABEL: logs the measurement about to run and the time left.
+# progress LABEL: logs the measurement about to run and the time left. The
+# plan's remainder is scaled by how long the measurements so far took
+# against their plan (at least 1×, at most 3×), waits for quiet left out:
+# those are unknown ahead, and the log shows them as they happen.
 progress() {
 	local now left
 	now=$(date +%s)
 	left=$((EST_TOTAL - EST_DONE))
 	if ((EST_DONE > 0)); then
-		left=$(awk -v l="$left" -v e="$((now - T0))" -v d="$EST_DONE" 'BEGIN{f=e/d; if (f<1) f=1; printf "%d", l*f}')
+		left=$(awk -v l="$left" -v e="$((now - T0 - WAITED))" -v d="$EST_DONE" 'BEGIN{f=e/d; if (f<1) f=1; if (f>3) f=3; printf "%d", l*f}')
 	fi
-	log "[$STEP/$STEPS] $1 — about $((left / 60)) min $((left % 60)) s left"
+	log "[$STEP/$STEPS] $1 — about $((left / 60)) min $((left % 60)) s left, besides waits for quiet (${WAITED} s so far)"
 }
 
 # measure PHASE TARGET QUERY LOADGEN-ARGS... (M_URL and M_PID, when set,
