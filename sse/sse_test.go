@@ -363,3 +363,34 @@ func ExampleEvents() {
 	// "{\"type\":\"RUN_STARTED\"}"
 	// "{\"type\":\n\"RUN_FINISHED\"}"
 }
+
+// BenchmarkGoSSESmall and BenchmarkGoSSELarge read the inputs of
+// BenchmarkEventsSmall and BenchmarkEventsLarge with go-sse's sse.Read (the
+// reference FuzzEvents compares with): the figures behind reading events
+// with Events (README, bench/README.md).
+func BenchmarkGoSSESmall(b *testing.B) {
+	var in []byte
+	for i := range 10_000 {
+		in = fmt.Appendf(in, "data: {\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m\",\"delta\":\"t=%020d;%s\"}\n\n", i, strings.Repeat("p", 40))
+	}
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		for _, err := range gosse.Read(smallReads{bytes.NewReader(in), 16 << 10}, &gosse.ReadConfig{MaxEventSize: 16 << 20}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+func BenchmarkGoSSELarge(b *testing.B) {
+	in := append(append([]byte("data: {\"delta\":\""), bytes.Repeat([]byte("x"), 4<<20)...), "\"}\n\n"...)
+	b.SetBytes(int64(len(in)))
+	for b.Loop() {
+		for _, err := range gosse.Read(smallReads{bytes.NewReader(in), 4096}, &gosse.ReadConfig{MaxEventSize: 16 << 20}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
