@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aguard/aguard/internal/chunked"
 	"github.com/valyala/fasthttp"
 )
 
@@ -438,26 +439,26 @@ func releaseReader(br *bufio.Reader) {
 type reply struct {
 	resp *fasthttp.Response
 	conn *upConn
-	br   *bufio.Reader // the head was read through it; nil once a chunked body drained it
-	body io.Reader     // the body; nil when the answer has none
-	ch   *chunked      // body, when it is chunked
-	done bool          // the body was read to its end
+	br   *bufio.Reader   // the head was read through it; nil once a chunked body drained it
+	body io.Reader       // the body; nil when the answer has none
+	ch   *chunked.Reader // body, when it is chunked
+	done bool            // the body was read to its end
 	// reusableHead is headAllowsReuse, kept when dropHead let resp go.
 	reusableHead bool
 }
 
 // newReply is the answer whose head resp was read from c through br. A
-// chunked body (what a stream of events usually is) is read by chunked,
-// which gives br back as soon as it is empty; any other body through
+// chunked body (what a stream of events usually is) is read by a
+// chunked.Reader, which gives br back as soon as it is empty; any other body through
 // fasthttp's body stream.
 func newReply(resp *fasthttp.Response, c *upConn, br *bufio.Reader) *reply {
 	a := &reply{resp: resp, conn: c, br: br, body: resp.BodyStream()}
 	if a.body != nil && resp.Header.ContentLength() == -1 {
 		resp.CloseBodyStream() // never read: fasthttp takes it back
-		a.ch = &chunked{br: br, conn: c.conn, onDrained: func() {
+		a.ch = chunked.NewReader(br, c.conn, func() {
 			releaseReader(a.br)
 			a.br = nil
-		}}
+		})
 		a.body = a.ch
 	}
 	return a
@@ -483,8 +484,9 @@ func (a *reply) Read(b []byte) (int, error) {
 func (a *reply) abort() { a.conn.close() }
 
 // dropHead lets the answer's head go once it has been copied, when the
-// body no longer needs it (a chunked body, read by chunked): a stream that
-// lasts holds what release needs of it, not fasthttp's Response.
+// body no longer needs it (a chunked body, read by a chunked.Reader): a
+// stream that lasts holds what release needs of it, not fasthttp's
+// Response.
 func (a *reply) dropHead() {
 	if a.ch == nil || a.resp == nil {
 		return
@@ -510,7 +512,7 @@ func (a *reply) release() {
 		head = a.headAllowsReuse()
 	}
 	reusable := (a.done || a.body == nil) && head &&
-		(a.br == nil || a.br.Buffered() == 0) && (a.ch == nil || !a.ch.extra)
+		(a.br == nil || a.br.Buffered() == 0) && (a.ch == nil || !a.ch.Extra())
 	if a.br != nil {
 		releaseReader(a.br)
 	}

@@ -90,7 +90,7 @@ fuzz() {
   fi
 }
 fuzz ./sse FuzzEvents
-fuzz ./proxy FuzzChunked
+fuzz ./internal/chunked FuzzChunked
 fuzz ./agui FuzzScan
 fuzz ./agui FuzzParseRunInput
 fuzz ./agui FuzzStream

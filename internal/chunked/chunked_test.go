@@ -1,4 +1,4 @@
-package proxy
+package chunked
 
 import (
 	"bufio"
@@ -10,17 +10,17 @@ import (
 	"testing"
 )
 
-// readChunked reads body through chunked, with head bytes already in a
+// readChunked reads body through a Reader, with head bytes already in a
 // bufio.Reader (as the answer's head leaves them) and the rest arriving in
 // reads of at most step bytes into buffers of size bytes.
-func readChunked(t *testing.T, body string, buffered, step, size int) (data []byte, c *chunked, drained bool, err error) {
+func readChunked(t *testing.T, body string, buffered, step, size int) (data []byte, c *Reader, drained bool, err error) {
 	t.Helper()
 	src := strings.NewReader(body)
 	br := bufio.NewReaderSize(io.LimitReader(src, int64(buffered)), 16)
 	if buffered > 0 {
 		br.Peek(min(buffered, 16))
 	}
-	c = &chunked{br: br, conn: stepReader{src, step}, onDrained: func() { drained = true }}
+	c = NewReader(br, stepReader{src, step}, func() { drained = true })
 	buf := make([]byte, size)
 	for {
 		n, rerr := c.Read(buf)
@@ -87,8 +87,8 @@ func TestChunkedBodyRejectsBrokenFraming(t *testing.T) {
 		{"5z\r\nhello\r\n0\r\n\r\n", "a letter after the size"},
 		{strings.Repeat("0", 17) + "5\r\nhello\r\n0\r\n\r\n", "17 hex digits"},
 		{"fffffffffffffff0\r\nhello\r\n0\r\n\r\n", "a size past the largest int"},
-		{"5;" + strings.Repeat("e", maxChunkLine) + "\r\nhello\r\n0\r\n\r\n", "a size line past its bound"},
-		{"0\r\n" + strings.Repeat("X: y\r\n", maxTrailer) + "\r\n", "trailers past their bound"},
+		{"5;" + strings.Repeat("e", MaxLine) + "\r\nhello\r\n0\r\n\r\n", "a size line past its bound"},
+		{"0\r\n" + strings.Repeat("X: y\r\n", MaxTrailer) + "\r\n", "trailers past their bound"},
 	} {
 		_, _, _, err := readChunked(t, tc.body, 0, 4096, 512)
 		if err == nil {
@@ -140,10 +140,10 @@ func TestChunkedBodyReadsABacklogInLargeReads(t *testing.T) {
 	body := strings.Repeat("64\r\n"+strings.Repeat("x", 100)+"\r\n", 100) + "0\r\n\r\n"
 	reads := 0
 	src := strings.NewReader(body)
-	c := &chunked{conn: readFunc(func(b []byte) (int, error) {
+	c := NewReader(nil, readFunc(func(b []byte) (int, error) {
 		reads++
 		return src.Read(b)
-	})}
+	}), nil)
 	buf := make([]byte, 512)
 	total := 0
 	for {
@@ -159,7 +159,7 @@ func TestChunkedBodyReadsABacklogInLargeReads(t *testing.T) {
 	if total != 100*100 {
 		t.Fatalf("read %d bytes of data, want %d", total, 100*100)
 	}
-	if max := 2 + len(body)/readBufferSize; reads > max {
+	if max := 2 + len(body)/backlogBufferSize; reads > max {
 		t.Fatalf("%d reads of the connection for %d bytes, want at most %d", reads, len(body), max)
 	}
 	if c.raw != nil {

@@ -1,4 +1,15 @@
-package proxy
+// Package chunked reads the body of an HTTP/1.1 answer sent with
+// Transfer-Encoding: chunked (RFC 9112 §7.1), for aguard's reads of its
+// agent's event stream. Its Reader holds no buffer of its own while the
+// stream waits: it removes the framing in place in the caller's buffer, and
+// gives the buffer the answer's head was read with back as soon as that is
+// empty.
+//
+// It is not a writer, and it is not a general replacement for net/http's
+// reader: trailers are read, bounded and ignored, and its framing checks are
+// those of fasthttp, which reads the answer's head (stricter than net/http's:
+// FuzzChunked checks that it never returns bytes net/http's would not).
+package chunked
 
 import (
 	"bufio"
@@ -10,17 +21,22 @@ import (
 )
 
 // Bounds of a chunked body's framing: a chunk-size line (hex digits,
-// whitespace and extensions) and the trailer section, each in bytes.
+// whitespace and extensions) and the trailer section, each in bytes, and
+// the hex digits of a chunk size.
 const (
-	maxChunkLine = 4096
-	maxTrailer   = readBufferSize
-	maxHexDigits = 16
+	MaxLine      = 4096
+	MaxTrailer   = 4096
+	MaxHexDigits = 16
 )
 
-// errBrokenChunk is a chunked body whose framing breaks RFC 9112 §7.1.
-var errBrokenChunk = errors.New("broken chunked body")
+// ErrBroken is a chunked body whose framing breaks RFC 9112 §7.1 or one of
+// the bounds above; Read wraps it with what broke.
+var ErrBroken = errors.New("broken chunked body")
 
-// chunked reads the body of a chunked answer (RFC 9112 §7.1): first the
+// backlogBufferSize is the size of the reads of a backlog.
+const backlogBufferSize = 4096
+
+// Reader reads the body of a chunked answer (RFC 9112 §7.1): first the
 // bytes the answer's head was read with left in br, then straight from the
 // connection, removing the framing in place in the caller's buffer. Past
 // br's bytes it holds no buffer of its own, and br goes back to its pool
@@ -29,7 +45,7 @@ var errBrokenChunk = errors.New("broken chunked body")
 // answer's head): a size of at most 16 hex digits, then optional whitespace
 // or extensions (";…"; not after whitespace), CRLF; the data, CRLF; after
 // the last chunk, trailer lines up to an empty one, ignored.
-type chunked struct {
+type Reader struct {
 	br        *bufio.Reader // nil once drained
 	onDrained func()        // called once br is drained, before reading conn
 	conn      io.Reader
@@ -56,8 +72,8 @@ type chunked struct {
 	err   error
 }
 
-// rawBuf is a chunked reader's read buffer during a backlog.
-type rawBuf struct{ b [readBufferSize]byte }
+// rawBuf is a Reader's read buffer during a backlog.
+type rawBuf struct{ b [backlogBufferSize]byte }
 
 var rawBufs = sync.Pool{New: func() any { return new(rawBuf) }}
 
@@ -78,10 +94,22 @@ const (
 	chunkDone                      // the body has ended
 )
 
+// NewReader reads a chunked body: first the bytes left in br (nil when
+// there are none) after the answer's head, then from conn. Once br is
+// empty, Read lets it go and calls onDrained (when not nil), before its
+// first read of conn: the caller may then reuse br.
+func NewReader(br *bufio.Reader, conn io.Reader, onDrained func()) *Reader {
+	return &Reader{br: br, conn: conn, onDrained: onDrained}
+}
+
+// Extra reports whether bytes came after the body's end (which no request
+// asked for): the connection must not carry another request.
+func (c *Reader) Extra() bool { return c.extra }
+
 // Read fills b with body data. It returns io.EOF once the last chunk and
 // the trailers have been read, and io.ErrUnexpectedEOF when the connection
 // ends before that.
-func (c *chunked) Read(b []byte) (int, error) {
+func (c *Reader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}
@@ -145,7 +173,7 @@ func (c *chunked) Read(b []byte) (int, error) {
 
 // releaseRaw gives the backlog buffer back once its bytes are used and the
 // read that brought them was short.
-func (c *chunked) releaseRaw() {
+func (c *Reader) releaseRaw() {
 	if c.raw != nil && c.rpos == c.rend && c.rawLastShort {
 		rawBufs.Put(c.raw)
 		c.raw, c.rpos, c.rend = nil, 0, 0
@@ -156,7 +184,7 @@ func (c *chunked) releaseRaw() {
 // which may be src itself (the data moves to its front: it never overtakes
 // what is still to be read); it stops early only when dst is full. It
 // returns the bytes of src consumed and of dst written.
-func (c *chunked) parse(src, dst []byte) (consumed, written int) {
+func (c *Reader) parse(src, dst []byte) (consumed, written int) {
 	w := 0
 	i := 0
 	for i < len(src) {
@@ -185,8 +213,8 @@ func (c *chunked) parse(src, dst []byte) (consumed, written int) {
 		case chunkSize:
 			c.line++
 			if v := unhex(ch); v >= 0 {
-				if c.digits == maxHexDigits || c.size > math.MaxInt>>4 {
-					c.fail("a chunk size of more than %d hex digits, or past %d", maxHexDigits, math.MaxInt)
+				if c.digits == MaxHexDigits || c.size > math.MaxInt>>4 {
+					c.fail("a chunk size of more than %d hex digits, or past %d", MaxHexDigits, math.MaxInt)
 					continue
 				}
 				c.size = c.size<<4 | v
@@ -203,8 +231,8 @@ func (c *chunked) parse(src, dst []byte) (consumed, written int) {
 		case chunkSizeEnd:
 			c.line++
 			switch {
-			case c.line > maxChunkLine:
-				c.fail("a chunk size line longer than %d bytes", maxChunkLine)
+			case c.line > MaxLine:
+				c.fail("a chunk size line longer than %d bytes", MaxLine)
 			case ch == '\r':
 				c.state = chunkSizeLF
 			case ch == '\n':
@@ -241,8 +269,8 @@ func (c *chunked) parse(src, dst []byte) (consumed, written int) {
 			}
 			c.state = chunkSize
 		case chunkTrailer:
-			if c.line++; c.line > maxTrailer {
-				c.fail("trailers longer than %d bytes", maxTrailer)
+			if c.line++; c.line > MaxTrailer {
+				c.fail("trailers longer than %d bytes", MaxTrailer)
 				continue
 			}
 			switch ch {
@@ -260,8 +288,8 @@ func (c *chunked) parse(src, dst []byte) (consumed, written int) {
 	return i, w
 }
 
-func (c *chunked) fail(format string, args ...any) {
-	c.err = fmt.Errorf("%w: %s", errBrokenChunk, fmt.Sprintf(format, args...))
+func (c *Reader) fail(format string, args ...any) {
+	c.err = fmt.Errorf("%w: %s", ErrBroken, fmt.Sprintf(format, args...))
 }
 
 // unhex is the value of a hex digit, or -1.
