@@ -381,7 +381,17 @@ func TestNewRejectsBrokenPolicy(t *testing.T) {
 		{
 			name:    "missing folder",
 			dir:     "/nonexistent/aguard-policies",
-			wantErr: []string{"/nonexistent/aguard-policies"},
+			wantErr: []string{"policy folder /nonexistent/aguard-policies does not exist"},
+		},
+		{
+			name:    "missing bundle file",
+			dir:     "/nonexistent/aguard-policies.tar.gz",
+			wantErr: []string{"policy bundle /nonexistent/aguard-policies.tar.gz does not exist"},
+		},
+		{
+			name:    "a file given as the folder",
+			dir:     "engine_test.go",
+			wantErr: []string{"policy folder engine_test.go is not a folder"},
 		},
 		{
 			name:    "negative timeout",

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/bundle"
@@ -99,6 +100,9 @@ func readSnapshot(src source, withTests bool) (*snapshot, error) {
 	snap := &snapshot{root: src.name(".")}
 	if src.bundle != "" {
 		data, err := fs.ReadFile(src.fsys, src.bundle)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("policy bundle %s does not exist", snap.root)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read policy bundle: %w", err)
 		}
@@ -107,8 +111,22 @@ func readSnapshot(src source, withTests bool) (*snapshot, error) {
 		snap.sum = sha256.Sum256(data)
 		return snap, nil
 	}
+	// The folder itself is checked first: fs.WalkDir would report a missing
+	// one by its path inside itself, ".".
+	info, err := fs.Stat(src.fsys, ".")
+	var pathErr *fs.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("policy folder %s does not exist", snap.root)
+	case errors.Is(err, syscall.ENOTDIR) || err == nil && !info.IsDir():
+		return nil, fmt.Errorf("policy folder %s is not a folder (a bundle file's name ends in .tar.gz or .tgz)", snap.root)
+	case errors.As(err, &pathErr):
+		return nil, fmt.Errorf("read policy folder %s: %w", snap.root, pathErr.Err)
+	case err != nil:
+		return nil, fmt.Errorf("read policy folder %s: %w", snap.root, err)
+	}
 	h := sha256.New()
-	err := fs.WalkDir(src.fsys, ".", func(rel string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(src.fsys, ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
