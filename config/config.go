@@ -1,17 +1,17 @@
 // Package config holds aguard serve's settings and reads them from, in order
-// of precedence, command-line flags, AGUARD_* environment variables and a YAML
-// file given with --config.
+// of precedence, command-line flags (GNU long flags, through pflag), AGUARD_*
+// environment variables and a YAML file given with --config, and says where
+// each value came from.
 //
-// Every setting is defined once, in Flags; the flag set, the environment names,
-// the YAML keys and the README's configuration reference all come from that
-// table. Package config does not start anything.
+// Every setting is defined once, in Flags; the flags, their help, the
+// environment names, the YAML keys and the README's configuration reference
+// all come from that table. Package config does not start anything, and it
+// does not print: the command line and its help are cmd/aguard's.
 package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"slices"
@@ -61,6 +61,10 @@ type Config struct {
 	UpstreamKeepalive   time.Duration
 	LogFormat           string
 	ConfigFile          string
+
+	// Settings lists every setting of Flags, then --config, with the value
+	// it resolved to and where that value came from.
+	Settings []Setting
 }
 
 // Route sends requests whose path starts with Path to Upstream. The longest
@@ -253,62 +257,6 @@ var Flags = []Flag{
 			c.LogFormat = v
 			return nil
 		}},
-}
-
-// Load resolves the configuration from args (without the program and command
-// names), the environment lookup function and the YAML file named by --config
-// (or AGUARD_CONFIG). Precedence: flag, then environment, then file, then the
-// default. Errors name the setting, where its value came from, and the value.
-func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
-	fs := flag.NewFlagSet("aguard serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fromFlags := map[string]string{}
-	for _, f := range Flags {
-		fs.Func(f.Name, f.Usage+" (default "+strconv.Quote(f.Default)+")", func(v string) error {
-			if prior, ok := fromFlags[f.Name]; ok && f.Repeatable() {
-				v = prior + listSep + v
-			}
-			fromFlags[f.Name] = v
-			return nil
-		})
-	}
-	configFile := fs.String("config", "", "YAML file with settings (keys spelled like the flags) and routes")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	c := &Config{ConfigFile: *configFile}
-	if c.ConfigFile == "" {
-		c.ConfigFile = getenv("AGUARD_CONFIG")
-	}
-	fromFile := map[string]string{}
-	if c.ConfigFile != "" {
-		var err error
-		if fromFile, c.Routes, err = readFile(c.ConfigFile); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range Flags {
-		v, src := f.Default, "default"
-		if fv, ok := fromFile[f.Name]; ok {
-			v, src = fv, c.ConfigFile
-		}
-		if ev := getenv(f.Env()); ev != "" {
-			v, src = ev, f.Env()
-			if f.Repeatable() {
-				v = strings.ReplaceAll(ev, ",", listSep)
-			}
-		}
-		if fv, ok := fromFlags[f.Name]; ok {
-			v, src = fv, "--"+f.Name
-		}
-		if err := f.set(c, v); err != nil {
-			return nil, fmt.Errorf("config: %s (from %s): %w", f.Name, src, err)
-		}
-	}
-	return c, c.validate()
 }
 
 func (c *Config) validate() error {

@@ -469,6 +469,7 @@ func checkChartValuesReachAguard(b *bundle) []string {
 	}
 	ps = append(ps, b.checkReviewersFile(ad, l)...)
 	got.ConfigFile, want.ConfigFile = "", ""
+	got.Settings, want.Settings = nil, nil // where each value came from differs: file or flags
 	gv, wv := reflect.ValueOf(got).Elem(), reflect.ValueOf(want).Elem()
 	for i := range gv.NumField() {
 		if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
