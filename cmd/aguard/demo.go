@@ -7,7 +7,6 @@ import (
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -25,22 +24,32 @@ import (
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/state"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 )
+
+// newDemoCmd is aguard demo.
+func newDemoCmd() *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "demo [flags]",
+		Short: "run a scripted agent behind aguard and show what it does",
+		Long: `Start a scripted agent and aguard in front of it on free loopback ports, run a
+consumer through every scenario (a fabricated answer, an unadvertised tool, a
+policy denial, an approval, the 0.x bridge, a protocol violation) and print,
+side by side, what the agent sent, what the consumer received, and why.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return demo(cmd.Context(), keep, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep", false, "leave the demo agent and aguard running, with a call waiting on the approvals page, and print commands to try")
+	return cmd
+}
 
 // demo starts a scripted agent and aguard in front of it on free loopback
 // ports, runs a consumer through every scenario and prints, side by side,
 // what the agent sent, what the consumer received, and why.
-func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("aguard demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	keep := fs.Bool("keep", false, "leave the demo agent and aguard running and print curl commands to try")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		return err
-	}
-
+func demo(ctx context.Context, keep bool, stdout, stderr io.Writer) error {
 	scenarios, stories := demoScenarios(), approvalStories()
 	d, err := startDemo(ctx, append(slices.Clone(scenarios), storyScenarios(stories)...))
 	if err != nil {
@@ -68,7 +77,7 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("scenario %q: %w", story.name, err)
 		}
 	}
-	if !*keep {
+	if !keep {
 		fmt.Fprintf(stdout, "\n%s\n", st.dim("Run `aguard demo --keep` to leave both running, try them with curl and decide a call on the approvals page."))
 		return nil
 	}

@@ -3,13 +3,17 @@
 //
 // Usage:
 //
-//	aguard serve [flags]   run the proxy (aguard serve -h lists the flags)
-//	aguard demo            run a scripted agent behind aguard and show what it does
-//	aguard replay --input run-input.json upstream.sse
-//	                       run a recorded agent stream through the checks, offline
-//	aguard policy test [DIR|BUNDLE.tar.gz]
-//	                       run the Rego tests of a policy folder or bundle (as opa test)
-//	aguard version
+//	aguard serve [flags]          run the proxy
+//	aguard config check [flags]   validate and print the configuration serve would run with
+//	aguard demo [--keep]          run a scripted agent behind aguard and show what it does
+//	aguard replay --input RUN-INPUT.json [flags] UPSTREAM.sse
+//	                              run a recorded agent stream through the checks, offline
+//	aguard policy test [flags] [DIR|BUNDLE.tar.gz]
+//	                              run the Rego tests of a policy folder or bundle (as opa test)
+//	aguard version                print the version and the VCS revision (also --version)
+//
+// Every command takes --help. The README lists the commands and the settings
+// of serve.
 package main
 
 import (
@@ -22,59 +26,30 @@ import (
 	"syscall"
 )
 
-// version is set at build time with -ldflags "-X main.version=…".
-var version = "dev"
-
-const usage = `aguard: a reverse proxy that enforces the AG-UI 1.0 tool-call rules.
-
-Usage:
-  aguard serve [flags]   run the proxy (aguard serve -h lists the flags)
-  aguard demo            run a scripted agent behind aguard and show what it does
-  aguard replay --input run-input.json upstream.sse
-                         run a recorded agent stream through the checks, offline;
-                         the consumer's stream on stdout, a JSON report on stderr
-  aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE.tar.gz]
-                         run the Rego tests of a policy folder or bundle file
-                         (as opa test); without one, those of the built-in
-                         default policy
-  aguard version         print the version
-`
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// run executes one aguard command and returns the process exit code.
+// run executes one aguard command line and returns the process exit code:
+// 0, 1 when the command failed, 2 when the command line is wrong.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+	root := newRootCmd()
+	root.SetArgs(append([]string{}, args...)) // never nil: cobra would read os.Args
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	var usage *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "aguard: %v\nRun '%s --help' for usage.\n", err, usage.cmd.CommandPath())
 		return 2
-	}
-	var err error
-	switch args[0] {
-	case "serve":
-		err = serve(ctx, args[1:], stderr)
-	case "demo":
-		err = demo(ctx, args[1:], stdout, stderr)
-	case "replay":
-		err = replay(ctx, args[1:], stdout, stderr)
-	case "policy":
-		err = policyCmd(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "aguard", version)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-	default:
-		fmt.Fprintf(stderr, "aguard: unknown command %q\n\n%s", args[0], usage)
-		return 2
-	}
-	if err != nil {
-		if !errors.Is(err, errReported) {
-			fmt.Fprintln(stderr, "aguard:", err)
-		}
+	case errors.Is(err, errReported):
 		return 1
 	}
-	return 0
+	fmt.Fprintln(stderr, "aguard:", err)
+	return 1
 }

@@ -2,41 +2,52 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 
 	"github.com/aguard/aguard/policy"
+	"github.com/spf13/cobra"
 )
 
-// policyCmd runs `aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE]`:
-// the Rego unit tests of a policy folder or bundle file (.tar.gz), or of the
-// built-in default policy.
-func policyCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	usage := func() {
-		fmt.Fprintln(stderr, "usage: aguard policy test [--policy-capabilities FILE] [DIR|BUNDLE.tar.gz]")
+// newPolicyCmd is aguard policy, which groups policy test.
+func newPolicyCmd() *cobra.Command {
+	group := &cobra.Command{
+		Use:   "policy",
+		Short: "work with Rego policies",
+		Args:  unknownCommand,
+		RunE:  helpWithoutArgs,
 	}
-	if len(args) == 0 || args[0] != "test" {
-		usage()
-		return errors.New("policy: want `policy test [DIR|BUNDLE.tar.gz]`")
+	var capsFile string
+	test := &cobra.Command{
+		Use:   "test [flags] [DIR|BUNDLE.tar.gz]",
+		Short: "run the Rego tests of a policy folder or bundle file (as opa test)",
+		Long: `Run the Rego unit tests (*_test.rego) of a policy folder or bundle file
+(.tar.gz, as opa build writes them), as opa test does; without one, those of
+the built-in default policy. Exits 1 when a test fails. Its flags are
+command-line only.`,
+		Example: "  aguard policy test policies/examples/approval",
+		Args:    atMostArgs(1, "one policy folder or bundle file"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := ""
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			return policyTest(cmd.Context(), dir, capsFile, cmd.OutOrStdout())
+		},
 	}
-	fs := flag.NewFlagSet("aguard policy test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { usage(); fs.PrintDefaults() }
-	capsFile := fs.String("policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (default: none that reach outside the process)")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if fs.NArg() > 1 {
-		usage()
-		return errors.New("policy: want `policy test [DIR|BUNDLE.tar.gz]`")
-	}
-	caps, err := loadCapabilities(*capsFile)
+	test.Flags().StringVar(&capsFile, "policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (none: those that do not reach outside the process)")
+	group.AddCommand(test)
+	return group
+}
+
+// policyTest runs the Rego unit tests of a policy folder or bundle file
+// (.tar.gz), or of the built-in default policy when dir is "".
+func policyTest(ctx context.Context, dir, capsFile string, stdout io.Writer) error {
+	caps, err := loadCapabilities(capsFile)
 	if err != nil {
 		return err
 	}
-	failed, err := policy.RunTests(ctx, policy.TestOptions{Dir: fs.Arg(0), Capabilities: caps}, stdout)
+	failed, err := policy.RunTests(ctx, policy.TestOptions{Dir: dir, Capabilities: caps}, stdout)
 	if err != nil {
 		return err
 	}

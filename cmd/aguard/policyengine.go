@@ -39,7 +39,7 @@ func newPolicyEngine(ctx context.Context, cfg *config.Config, log *slog.Logger, 
 	}
 	engine, err := policy.New(ctx, opt)
 	if err != nil {
-		return nil, nil, fmt.Errorf("policy: %w", err)
+		return nil, nil, err // policy's errors say "policy: …"
 	}
 	go engine.Watch(ctx, policyPoll)
 	reg.MustRegister(

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/sse"
+	"github.com/spf13/cobra"
 )
 
 // replayReport is the JSON report of one replay: what aguard decided and why.
@@ -28,60 +28,79 @@ type replayReport struct {
 	End string `json:"end"`
 }
 
+// replayOptions are the flags of aguard replay.
+type replayOptions struct {
+	input, report, mode, maxEvent, policy, capabilities string
+	approvalTimeout                                     time.Duration
+}
+
+// newReplayCmd is aguard replay.
+func newReplayCmd() *cobra.Command {
+	var o replayOptions
+	cmd := &cobra.Command{
+		Use:   "replay --input RUN-INPUT.json [flags] UPSTREAM.sse",
+		Short: "run a recorded agent stream through the checks, offline",
+		Long: `Run one recorded agent response body (SSE) through the same pipeline as aguard
+serve, offline: the stream the consumer would receive goes to stdout, a JSON
+report of what was decided and why to stderr (or --report FILE). For debugging
+and for policy CI. Its flags are command-line only.`,
+		Example: "  aguard replay --input run-input.json --policy ./my-policy recorded.sse",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if o.input == "" || len(args) != 1 {
+				return usageErrorf(cmd, "replay: --input and one recorded body are required")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return replay(cmd.Context(), o, args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.SortFlags = false
+	f.StringVar(&o.input, "input", "", "the RunAgentInput JSON the recorded body answered (required)")
+	f.StringVar(&o.report, "report", "", "write the JSON report to this file instead of stderr")
+	f.StringVar(&o.mode, "mode", "enforce", "enforce, or monitor")
+	f.StringVar(&o.maxEvent, "max-event", "16MiB", "largest single event accepted")
+	f.StringVar(&o.policy, "policy", "", "policy folder or bundle file (.tar.gz) deciding tool calls (none: the built-in default policy)")
+	f.StringVar(&o.capabilities, "policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (none: those that do not reach outside the process)")
+	f.DurationVar(&o.approvalTimeout, "approval-timeout", 10*time.Minute, "default approval deadline for calls a policy holds")
+	return cmd
+}
+
 // replay runs one recorded upstream body through the stream checks, offline,
 // and writes the stream the consumer would receive.
-func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("aguard replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	inputPath := fs.String("input", "", "the RunAgentInput JSON the recorded body answered (required)")
-	reportPath := fs.String("report", "", "write the JSON report here instead of stderr")
-	mode := fs.String("mode", "enforce", "enforce, or monitor")
-	maxEvent := fs.String("max-event", "16MiB", "largest single event accepted")
-	policyDir := fs.String("policy", "", "policy folder or bundle file (.tar.gz) deciding tool calls (default: the built-in default policy)")
-	capsFile := fs.String("policy-capabilities", "", "OPA capabilities file listing the built-in functions the policy may call (default: none that reach outside the process)")
-	approvalTimeout := fs.Duration("approval-timeout", 10*time.Minute, "default approval deadline for calls a policy holds")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: aguard replay --input run-input.json [--policy DIR|BUNDLE.tar.gz] [--policy-capabilities FILE] [--report FILE] upstream.sse")
-		fs.PrintDefaults()
+func replay(ctx context.Context, o replayOptions, bodyPath string, stdout, stderr io.Writer) error {
+	if o.mode != "enforce" && o.mode != "monitor" {
+		return fmt.Errorf("replay: --mode: want enforce or monitor, got %q", o.mode)
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *inputPath == "" || fs.NArg() != 1 {
-		fs.Usage()
-		return errors.New("replay: --input and one recorded body are required")
-	}
-	if *mode != "enforce" && *mode != "monitor" {
-		return fmt.Errorf("replay: --mode: want enforce or monitor, got %q", *mode)
-	}
-	limit, err := config.ParseSize(*maxEvent)
+	limit, err := config.ParseSize(o.maxEvent)
 	if err != nil {
 		return fmt.Errorf("replay: --max-event: %w", err)
 	}
-	raw, err := os.ReadFile(*inputPath)
+	raw, err := os.ReadFile(o.input)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	in, err := agui.ParseRunInput(raw)
 	if err != nil {
-		return fmt.Errorf("replay: %s: %w", *inputPath, err)
+		return fmt.Errorf("replay: %s: %w", o.input, err)
 	}
-	body, err := os.Open(fs.Arg(0))
+	body, err := os.Open(bodyPath)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer body.Close()
 
-	caps, err := loadCapabilities(*capsFile)
+	caps, err := loadCapabilities(o.capabilities)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
-	engine, err := policy.New(ctx, policy.Options{Dir: *policyDir, Capabilities: caps})
+	engine, err := policy.New(ctx, policy.Options{Dir: o.policy, Capabilities: caps})
 	if err != nil {
 		return fmt.Errorf("replay: policy: %w", err)
 	}
-	opts := agui.Options{Monitor: *mode == "monitor"}
-	opts.Decider = proxy.NewDecider(engine, in, "replay", policy.RequestInfo{Path: "/", Headers: map[string]string{}}, nil, *approvalTimeout)
+	opts := agui.Options{Monitor: o.mode == "monitor"}
+	opts.Decider = proxy.NewDecider(engine, in, "replay", policy.RequestInfo{Path: "/", Headers: map[string]string{}}, nil, o.approvalTimeout)
 
 	out := bufio.NewWriter(stdout)
 	report := replayReport{Notes: []agui.Note{}}
@@ -130,8 +149,8 @@ func replay(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	rep, _ := json.MarshalIndent(report, "", "  ")
 	rep = append(rep, '\n')
-	if *reportPath != "" {
-		return os.WriteFile(*reportPath, rep, 0o644)
+	if o.report != "" {
+		return os.WriteFile(o.report, rep, 0o644)
 	}
 	_, err = stderr.Write(rep)
 	return err

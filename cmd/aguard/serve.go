@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,14 +25,7 @@ import (
 )
 
 // serve runs the proxy until ctx is done (SIGTERM), then drains.
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := config.Load(args, lookupEnv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+func serve(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
 	log := logging.New(cfg.LogFormat, stderr)
 	defer logging.Capture(log)()
 	ready, err := startServe(ctx, cfg, log)
