@@ -163,6 +163,9 @@ func TestChecksCatchBreakage(t *testing.T) {
 		{"compose: policy not mounted", compose, ":/etc/aguard/policy:ro", ":/etc/aguard/pol:ro", "--policy"},
 		{"Dockerfile: root user", "Dockerfile", "USER 65532:65532", "USER root", "USER"},
 		{"Dockerfile: builds something else", "Dockerfile", "/out/aguard ./cmd/aguard", "/out/aguard ./cmd/other", "./cmd/aguard"},
+		{"Dockerfile: no revision", "Dockerfile", " -X main.revision=$REVISION", "", "main.revision"},
+		{"Dockerfile: revision optional", "Dockerfile", `: "${REVISION:?`, `: "${REVISION:-`, "main.revision"},
+		{"compose: no revision", compose, "REVISION: ${AGUARD_REVISION:-unknown}", "", "REVISION"},
 		{"Dockerfile: exposes another port", "Dockerfile", "EXPOSE 8080 9090", "EXPOSE 8080", "EXPOSE"},
 		{"Dockerfile: unknown env var", "Dockerfile", "AGUARD_ADMIN_LISTEN=", "AGUARD_ADMIN_ADDR=", "AGUARD_ADMIN_ADDR"},
 		{"Dockerfile: healthcheck not shipped", "Dockerfile", "/out/healthcheck /healthcheck", "/out/healthcheck /usr/bin/healthcheck", "/healthcheck"},
@@ -726,6 +729,11 @@ func checkAguardDockerfile(b *bundle) []string {
 				out, builder = m[1], st.name
 				if !strings.Contains(run, "CGO_ENABLED=0") {
 					ps = append(ps, name+": the go build of ./cmd/aguard must set CGO_ENABLED=0 (the runtime image has no libc)")
+				}
+				// The context holds no .git: Go cannot stamp the revision,
+				// so the build takes it as a required argument.
+				if !strings.Contains(run, "-X main.revision=$REVISION") || !strings.Contains(run, `"${REVISION:?`) || !slices.Contains(st.all("ARG"), "REVISION") {
+					ps = append(ps, name+`: the go build of ./cmd/aguard must set -X main.revision=$REVISION from a required ARG REVISION (: "${REVISION:?…}"), for aguard --version`)
 				}
 			}
 		}
@@ -1343,8 +1351,9 @@ type composeFile struct {
 type composeService struct {
 	Image string `json:"image"`
 	Build *struct {
-		Context    string `json:"context"`
-		Dockerfile string `json:"dockerfile"`
+		Context    string            `json:"context"`
+		Dockerfile string            `json:"dockerfile"`
+		Args       map[string]string `json:"args"`
 	} `json:"build"`
 	Command         []string          `json:"command"`
 	Environment     map[string]string `json:"environment"`
@@ -1419,6 +1428,9 @@ func checkComposeSettingNames(b *bundle) []string {
 	for _, n := range names {
 		s := b.compose.Services[n]
 		where := "compose.yaml: services." + n
+		if s.dockerfile() == "Dockerfile" && s.Build.Args["REVISION"] == "" {
+			ps = append(ps, where+".build.args: no REVISION; the Dockerfile refuses to build without one")
+		}
 		if len(s.Command) == 0 || s.Command[0] != "serve" {
 			ps = append(ps, fmt.Sprintf(`%s.command: want "serve" first, got %q`, where, s.Command))
 		} else {
@@ -1482,6 +1494,9 @@ func checkComposeServices(b *bundle) []string {
 	for _, n := range names {
 		s := b.compose.Services[n]
 		where := "compose.yaml: services." + n
+		if s.dockerfile() == "Dockerfile" && s.Build.Args["REVISION"] == "" {
+			ps = append(ps, where+".build.args: no REVISION; the Dockerfile refuses to build without one")
+		}
 		cfg, err := b.composeConfig(n)
 		if err != nil {
 			ps = append(ps, fmt.Sprintf("%s: aguard serve does not start with this command and environment: %v", where, err))
