@@ -165,11 +165,13 @@ func TestConfigCheckPrintsEachSettingAndItsSource(t *testing.T) {
 	file := filepath.Join(dir, "aguard.yaml")
 	os.WriteFile(file, []byte("upstream: http://file-agent:8000\nmax-event: 4MiB\nwebhook-secret: file-secret-value\n"+
 		"routes:\n  - path: /agents/research\n    upstream: http://research:8000\n    protocol: 0.x\n"), 0o600)
+	reviewers := filepath.Join(dir, "reviewers.yaml")
+	os.WriteFile(reviewers, []byte("- name: alice\n  tokenSha256: "+strings.Repeat("ab", 32)+"\n  role: reviewer\n"), 0o600)
 	t.Setenv("AGUARD_ADMIN_TOKEN", "env-token-value")
 	t.Setenv("AGUARD_MAX_EVENT", "2MiB")
 	t.Setenv("AGUARD_CONFIG", file)
 	code, stdout, stderr := runAguard(t, "config", "check", "--max-event=1MiB", "--redis", "redis://:redis-password@redis:6379/0",
-		"--webhook", "http://hooks/in?token=query-token")
+		"--webhook", "http://hooks/in?token=query-token", "--admin-tokens", reviewers)
 	if code != 0 || stderr != "" {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
@@ -190,6 +192,9 @@ func TestConfigCheckPrintsEachSettingAndItsSource(t *testing.T) {
 		`(?m)^policy +\(none\) +default$`,
 		`(?m)^config +` + regexp.QuoteMeta(file) + ` +env AGUARD_CONFIG$`,
 		`(?m)^  /agents/research -> http://research:8000 \(AG-UI 0\.x\)$`,
+		`(?m)^consumers: not authenticated$`,
+		`(?m)^admin-tokens +` + regexp.QuoteMeta(reviewers) + ` +flag --admin-tokens$`,
+		`(?m)^reviewers: 2$`,
 		`(?m)^policy: built-in default: loads, revision [0-9a-f]{12}$`,
 		`(?m)^configuration OK$`,
 	} {
@@ -223,6 +228,10 @@ func TestConfigCheckFailsOnABadConfiguration(t *testing.T) {
 		{"missing policy folder", []string{"--upstream", "http://a", "--policy", filepath.Join(dir, "nope")}, nil,
 			"policy folder " + filepath.Join(dir, "nope") + " does not exist"},
 		{"missing config file", []string{"--config", filepath.Join(dir, "none.yaml")}, nil, filepath.Join(dir, "none.yaml")},
+		{"missing reviewers file", []string{"--upstream", "http://a", "--admin-tokens", filepath.Join(dir, "reviewers.yaml")}, nil,
+			filepath.Join(dir, "reviewers.yaml")},
+		{"jwks and header", []string{"--upstream", "http://a", "--auth-jwks", "https://idp/jwks", "--auth-issuer", "i", "--auth-audience", "a", "--auth-header", "X-User"}, nil,
+			"--auth-jwks and --auth-header exclude each other"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

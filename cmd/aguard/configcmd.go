@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"text/tabwriter"
 
 	"github.com/aguard/aguard/config"
@@ -53,10 +54,11 @@ func newConfigCmd() *cobra.Command {
 		Long: `Resolve the settings as aguard serve does, from the same flags, environment
 variables and --config file; check them and load the policy they name; and
 print each setting with its value and where the value came from (flag, env,
-file or default). Credentials (settings named *-token, *-secret) are redacted,
-as are passwords and query values in URLs. Exits 1 on a bad configuration,
-naming the setting, where its value came from, and the value. It does not
-listen, connect to Redis or download bundles.
+file or default). Credentials (settings named *-token, *-secret, *-password)
+are redacted, as are passwords and query values in URLs. It reads the
+--admin-tokens file and the policy as serve does. Exits 1 on a bad
+configuration, naming the setting, where its value came from, and the value.
+It does not listen, connect to Redis, or fetch bundles or key sets.
 
 ` + settingsHelp,
 		Example: "  aguard config check --upstream http://127.0.0.1:8000\n  AGUARD_CONFIG=/etc/aguard/aguard.yaml aguard config check",
@@ -103,12 +105,28 @@ func configCheck(ctx context.Context, cfg *config.Config, w io.Writer) error {
 			fmt.Fprintf(w, "  %s -> %s (AG-UI %s)\n", r.Path, config.RedactURL(r.Upstream), proto)
 		}
 	}
+	reviewers, err := newReviewers(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
 	msg, err := checkPolicy(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "\npolicy: %s\nconfiguration OK\n", msg)
+	_, err = fmt.Fprintf(w, "\nconsumers: %s\nreviewers: %d\npolicy: %s\nconfiguration OK\n", consumerAuth(cfg), reviewers.Len(), msg)
 	return err
+}
+
+// consumerAuth says how consumers are authenticated. The key set of
+// --auth-jwks is not fetched by config check.
+func consumerAuth(cfg *config.Config) string {
+	switch {
+	case cfg.AuthJWKS != "":
+		return "JWTs signed by a key of " + config.RedactURL(cfg.AuthJWKS) + " (not fetched by config check)"
+	case cfg.AuthHeader != "":
+		return "the " + cfg.AuthHeader + " header a trusted ingress sets"
+	}
+	return "not authenticated"
 }
 
 // checkPolicy loads the policy cfg names as aguard serve would, without
