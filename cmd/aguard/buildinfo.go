@@ -2,22 +2,18 @@ package main
 
 import (
 	"runtime"
-	"runtime/debug"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // buildInfo is aguard_build_info{version,revision,goversion}, always 1:
-// version as set at build time (main.version), revision the VCS commit the
-// Go toolchain stamped into the binary ("unknown" when it did not).
+// version as set at build time (main.version), revision the one aguard
+// --version prints (main.revision, else the VCS commit the Go toolchain
+// stamped into the binary; "unknown" without either).
 func buildInfo() prometheus.Collector {
-	revision := "unknown"
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && s.Value != "" {
-				revision = s.Value
-			}
-		}
+	revision := buildVersion().Revision
+	if revision == "" {
+		revision = "unknown"
 	}
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "aguard_build_info",
