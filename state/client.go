@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,33 +46,87 @@ type redisClients struct {
 	cluster   bool
 }
 
-// newRedisClients parses u as mode says, with go-redis's own parser, and
-// applies aguard's defaults: short timeouts and a single retry, since the
-// Store's queue does the retrying. The URL is echoed in errors with its
-// password redacted.
-func newRedisClients(mode, u string) (*redisClients, error) {
+// redisOptions is a --redis URL parsed as its mode says: exactly one of
+// single, failover and cluster is set.
+type redisOptions struct {
+	single   *redis.Options
+	failover *redis.FailoverOptions
+	cluster  *redis.ClusterOptions
+}
+
+// parseRedisURL parses u with the go-redis parser of mode. The URL is
+// echoed in errors with its passwords redacted (redactRedisURL).
+func parseRedisURL(mode, u string) (redisOptions, error) {
 	mode, err := ParseRedisMode(mode)
 	if err != nil {
-		return nil, err
+		return redisOptions{}, err
 	}
-	shown := "(unparsable)"
-	if pu, err := url.Parse(u); err == nil {
-		shown = pu.Redacted()
-	} else {
+	pu, err := url.Parse(u)
+	if err != nil {
 		if ue, ok := errors.AsType[*url.Error](err); ok {
 			err = ue.Err
 		}
-		return nil, fmt.Errorf("state: malformed redis url: %w", err)
+		return redisOptions{}, fmt.Errorf("state: malformed redis url: %w", err)
 	}
+	shown := redactRedisURL(pu)
 	switch mode {
 	case ModeSentinel:
 		fo, err := redis.ParseFailoverURL(u)
 		if err != nil {
-			return nil, fmt.Errorf("state: redis sentinel url %s: %w", shown, err)
+			return redisOptions{}, fmt.Errorf("state: redis sentinel url %s: %w", shown, err)
 		}
 		if fo.MasterName == "" {
-			return nil, fmt.Errorf("state: redis sentinel url %s: no master_name", shown)
+			return redisOptions{}, fmt.Errorf("state: redis sentinel url %s: no master_name", shown)
 		}
+		return redisOptions{failover: fo}, nil
+	case ModeCluster:
+		co, err := redis.ParseClusterURL(u)
+		if err != nil {
+			return redisOptions{}, fmt.Errorf("state: redis cluster url %s: %w", shown, err)
+		}
+		return redisOptions{cluster: co}, nil
+	}
+	ro, err := redis.ParseURL(u)
+	if err != nil {
+		return redisOptions{}, fmt.Errorf("state: redis url %s: %w", shown, err)
+	}
+	return redisOptions{single: ro}, nil
+}
+
+// redactRedisURL is u with the password of its user info, and the
+// password go-redis reads from the query of a sentinel URL (the primary's),
+// replaced by "xxxxx".
+func redactRedisURL(u *url.URL) string {
+	pairs := strings.Split(u.RawQuery, "&")
+	for i, p := range pairs {
+		k, _, _ := strings.Cut(p, "=")
+		if k, err := url.QueryUnescape(k); err == nil && k == "password" {
+			pairs[i] = "password=xxxxx"
+		}
+	}
+	r := *u
+	r.RawQuery = strings.Join(pairs, "&")
+	return r.Redacted()
+}
+
+// CheckRedisURL reports whether mode's go-redis parser takes u as a Store
+// would parse it (a sentinel URL with a master_name), without connecting.
+func CheckRedisURL(mode, u string) error {
+	_, err := parseRedisURL(mode, u)
+	return err
+}
+
+// newRedisClients parses u as mode says, with go-redis's own parser, and
+// applies aguard's defaults: short timeouts and a single retry, since the
+// Store's queue does the retrying.
+func newRedisClients(mode, u string) (*redisClients, error) {
+	o, err := parseRedisURL(mode, u)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case o.failover != nil:
+		fo := o.failover
 		fo.DialTimeout, fo.ReadTimeout, fo.WriteTimeout = orIO(fo.DialTimeout), orIO(fo.ReadTimeout), orIO(fo.WriteTimeout)
 		if fo.MaxRetries == 0 {
 			fo.MaxRetries = 1
@@ -81,11 +136,8 @@ func newRedisClients(mode, u string) (*redisClients, error) {
 		bo := *fo
 		bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
 		return &redisClients{rdb: redis.NewFailoverClient(fo), bulk: redis.NewFailoverClient(&bo), db: fo.DB}, nil
-	case ModeCluster:
-		co, err := redis.ParseClusterURL(u)
-		if err != nil {
-			return nil, fmt.Errorf("state: redis cluster url %s: %w", shown, err)
-		}
+	case o.cluster != nil:
+		co := o.cluster
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = orIO(co.DialTimeout), orIO(co.ReadTimeout), orIO(co.WriteTimeout)
 		if co.MaxRetries == 0 {
 			co.MaxRetries = 1
@@ -97,10 +149,7 @@ func newRedisClients(mode, u string) (*redisClients, error) {
 		bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
 		return &redisClients{rdb: redis.NewClusterClient(co), bulk: redis.NewClusterClient(&bo), cluster: true}, nil
 	}
-	ro, err := redis.ParseURL(u)
-	if err != nil {
-		return nil, fmt.Errorf("state: redis url %s: %w", shown, err)
-	}
+	ro := o.single
 	ro.DialTimeout, ro.ReadTimeout, ro.WriteTimeout = orIO(ro.DialTimeout), orIO(ro.ReadTimeout), orIO(ro.WriteTimeout)
 	if ro.MaxRetries == 0 {
 		ro.MaxRetries = 1
