@@ -65,21 +65,33 @@ func (s Setting) String() string {
 
 // RedactURL returns v with the password and the query values of a URL
 // replaced by "xxxxx" (a Redis password, a webhook's token); v unchanged when
-// it is not a URL with a scheme and a host.
+// it is not a URL with a scheme and a host. In a redis:// or rediss:// URL
+// the query values that name servers are kept (redisServerKeys): they are
+// what --redis-mode sentinel and cluster read.
 func RedactURL(v string) string {
 	u, err := url.Parse(v)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return v
 	}
+	isRedis := u.Scheme == "redis" || u.Scheme == "rediss"
 	if u.RawQuery != "" {
-		q := u.Query()
-		for k := range q {
-			q[k] = []string{"xxxxx"}
+		pairs := strings.Split(u.RawQuery, "&")
+		for i, p := range pairs {
+			k, _, _ := strings.Cut(p, "=")
+			if name, err := url.QueryUnescape(k); err == nil && isRedis && redisServerKeys[name] {
+				continue
+			}
+			pairs[i] = k + "=xxxxx"
 		}
-		u.RawQuery = q.Encode()
+		u.RawQuery = strings.Join(pairs, "&")
 	}
 	return u.Redacted()
 }
+
+// redisServerKeys are the query keys of a Redis URL that go-redis reads as
+// the servers to reach, never a credential: addr (another sentinel, or a
+// seed node of a cluster) and master_name (the primary Sentinel names).
+var redisServerKeys = map[string]bool{"addr": true, "master_name": true}
 
 // Secret reports a setting whose value is a credential, which aguard never
 // prints: one whose name ends in -token, -secret or -password. A file of

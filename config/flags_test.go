@@ -91,6 +91,19 @@ func TestSecretsAreRedacted(t *testing.T) {
 			t.Errorf("%s prints %q, want %q", s.Name, s.String(), w)
 		}
 	}
+	for in, want := range map[string]string{
+		// Sentinel: the sentinels' password in the user info, the primary's
+		// in the query; the other sentinels and the primary's name shown.
+		"redis://:spw@s1:26379/0?master_name=mymaster&addr=s2:26379&password=ppw": "redis://:xxxxx@s1:26379/0?master_name=mymaster&addr=s2:26379&password=xxxxx",
+		"redis://n1:6379?addr=n2:6379&addr=n3:6379&dial_timeout=1s":               "redis://n1:6379?addr=n2:6379&addr=n3:6379&dial_timeout=xxxxx",
+		"https://h/x?addr=a&master_name=b":                                        "https://h/x?addr=xxxxx&master_name=xxxxx",
+		"redis://r:6379/0?pass%77ord=ppw":                                         "redis://r:6379/0?pass%77ord=xxxxx",
+		"not a url":                                                               "not a url",
+	} {
+		if got := RedactURL(in); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
 	for _, name := range []string{"admin-token", "webhook-secret", "redis-password"} {
 		if !(Flag{Name: name}).Secret() {
 			t.Errorf("%s is not a secret", name)

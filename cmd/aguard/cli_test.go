@@ -209,6 +209,33 @@ func TestConfigCheckPrintsEachSettingAndItsSource(t *testing.T) {
 	}
 }
 
+// TestConfigCheckShowsTheServersOfARedisURL pins that config check shows
+// the servers a sentinel or cluster URL names (addr, master_name) and the
+// mode's source, and neither password: the sentinels' in the user info nor
+// the primary's in the query.
+func TestConfigCheckShowsTheServersOfARedisURL(t *testing.T) {
+	t.Setenv("AGUARD_REDIS_MODE", "sentinel")
+	code, stdout, stderr := runAguard(t, "config", "check", "--upstream", "http://a",
+		"--redis", "redis://:sentinel-pw@s1:26379/0?master_name=mymaster&addr=s2:26379&addr=s3:26379&password=primary-pw")
+	if code != 0 || stderr != "" {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{
+		`(?m)^redis +redis://:xxxxx@s1:26379/0\?master_name=mymaster&addr=s2:26379&addr=s3:26379&password=xxxxx +flag --redis$`,
+		`(?m)^redis-mode +sentinel +env AGUARD_REDIS_MODE$`,
+		`(?m)^configuration OK$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(stdout) {
+			t.Errorf("stdout does not match %s:\n%s", want, stdout)
+		}
+	}
+	for _, pw := range []string{"sentinel-pw", "primary-pw"} {
+		if strings.Contains(stdout, pw) {
+			t.Errorf("config check printed the password %q:\n%s", pw, stdout)
+		}
+	}
+}
+
 // TestConfigCheckFailsOnABadConfiguration pins that config check exits 1
 // with an error naming the setting, where its value came from and the value,
 // and prints no report.
@@ -232,6 +259,11 @@ func TestConfigCheckFailsOnABadConfiguration(t *testing.T) {
 			filepath.Join(dir, "reviewers.yaml")},
 		{"jwks and header", []string{"--upstream", "http://a", "--auth-jwks", "https://idp/jwks", "--auth-issuer", "i", "--auth-audience", "a", "--auth-header", "X-User"}, nil,
 			"--auth-jwks and --auth-header exclude each other"},
+		{"sentinel URL without a master", []string{"--upstream", "http://a", "--redis", "redis://:sentinel-pw@s1:26379/0?addr=s2:26379&password=primary-pw"},
+			map[string]string{"AGUARD_REDIS_MODE": "sentinel"},
+			"aguard: config: redis (from --redis): state: redis sentinel url redis://:xxxxx@s1:26379/0?addr=s2:26379&password=xxxxx: no master_name"},
+		{"bad Redis mode", []string{"--upstream", "http://a", "--redis-mode", "ring"}, nil,
+			`aguard: config: redis-mode (from --redis-mode): want single, sentinel or cluster, got "ring"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/state"
 	"github.com/spf13/cobra"
 )
 
@@ -55,10 +56,11 @@ func newConfigCmd() *cobra.Command {
 variables and --config file; check them and load the policy they name; and
 print each setting with its value and where the value came from (flag, env,
 file or default). Credentials (settings named *-token, *-secret, *-password)
-are redacted, as are passwords and query values in URLs. It reads the
---admin-tokens file and the policy as serve does. Exits 1 on a bad
-configuration, naming the setting, where its value came from, and the value.
-It does not listen, connect to Redis, or fetch bundles or key sets.
+are redacted, as are passwords and query values in URLs (except the servers
+a Redis URL names: addr, master_name). It reads the --admin-tokens file and the policy as serve does,
+and parses --redis as --redis-mode says. Exits 1 on a bad configuration,
+naming the setting, where its value came from, and the value. It does not
+listen, connect to Redis, or fetch bundles or key sets.
 
 ` + settingsHelp,
 		Example: "  aguard config check --upstream http://127.0.0.1:8000\n  AGUARD_CONFIG=/etc/aguard/aguard.yaml aguard config check",
@@ -105,6 +107,11 @@ func configCheck(ctx context.Context, cfg *config.Config, w io.Writer) error {
 			fmt.Fprintf(w, "  %s -> %s (AG-UI %s)\n", r.Path, config.RedactURL(r.Upstream), proto)
 		}
 	}
+	if cfg.Redis != "" {
+		if err := state.CheckRedisURL(cfg.RedisMode, cfg.Redis); err != nil {
+			return fmt.Errorf("config: redis (from %s): %w", settingOrigin(cfg, "redis"), err)
+		}
+	}
 	reviewers, err := newReviewers(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
@@ -115,6 +122,17 @@ func configCheck(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	}
 	_, err = fmt.Fprintf(w, "\nconsumers: %s\nreviewers: %d\npolicy: %s\nconfiguration OK\n", consumerAuth(cfg), reviewers.Len(), msg)
 	return err
+}
+
+// settingOrigin names where the setting name of cfg came from: its flag,
+// its variable, the file, or "default".
+func settingOrigin(cfg *config.Config, name string) string {
+	for _, s := range cfg.Settings {
+		if s.Name == name && s.Origin != "" {
+			return s.Origin
+		}
+	}
+	return string(config.FromDefault)
 }
 
 // consumerAuth says how consumers are authenticated. The key set of
