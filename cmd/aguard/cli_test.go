@@ -236,6 +236,41 @@ func TestConfigCheckShowsTheServersOfARedisURL(t *testing.T) {
 	}
 }
 
+// TestConfigCheckSaysWhereTracesGo pins config check's line on tracing,
+// which the standard OTEL_* variables set: off and why, or the OTLP
+// protocol, the collector, the variable that named it and the propagators.
+func TestConfigCheckSaysWhereTracesGo(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "traces: off (no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"},
+			"traces: OTLP http/protobuf to http://collector:4318 (env OTEL_EXPORTER_OTLP_ENDPOINT), propagators tracecontext,baggage"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://u:secret@traces:4317",
+			"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "grpc", "OTEL_PROPAGATORS": "b3multi,tracecontext"},
+			"traces: OTLP grpc to https://u:xxxxx@traces:4317 (env OTEL_EXPORTER_OTLP_TRACES_ENDPOINT), propagators b3multi,tracecontext"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "true"},
+			"traces: off (OTEL_SDK_DISABLED is true)"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"},
+			"traces: off (OTEL_TRACES_EXPORTER is none)"},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			for _, k := range []string{"OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+				"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_PROPAGATORS"} {
+				t.Setenv(k, tt.env[k])
+			}
+			code, stdout, stderr := runAguard(t, "config", "check", "--upstream", "http://a")
+			if code != 0 || stderr != "" {
+				t.Fatalf("exit %d, stderr %q", code, stderr)
+			}
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(tt.want) + `$`).MatchString(stdout) {
+				t.Errorf("no line %q:\n%s", tt.want, stdout)
+			}
+		})
+	}
+}
+
 // TestConfigCheckFailsOnABadConfiguration pins that config check exits 1
 // with an error naming the setting, where its value came from and the value,
 // and prints no report.
@@ -264,6 +299,14 @@ func TestConfigCheckFailsOnABadConfiguration(t *testing.T) {
 			"aguard: config: redis (from --redis): state: redis sentinel url redis://:xxxxx@s1:26379/0?addr=s2:26379&password=xxxxx: no master_name"},
 		{"bad Redis mode", []string{"--upstream", "http://a", "--redis-mode", "ring"}, nil,
 			`aguard: config: redis-mode (from --redis-mode): want single, sentinel or cluster, got "ring"`},
+		{"trace exporter other than OTLP", []string{"--upstream", "http://a"}, map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"},
+			`tracing: OTEL_TRACES_EXPORTER="zipkin": aguard exports traces with otlp only (or none)`},
+		{"OTLP protocol aguard does not speak", []string{"--upstream", "http://a"},
+			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"},
+			`tracing: OTLP protocol "http/json": want http/protobuf or grpc`},
+		{"unknown trace propagator", []string{"--upstream", "http://a"},
+			map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_PROPAGATORS": "tracecontext,zipkin"},
+			`tracing: OTEL_PROPAGATORS="tracecontext,zipkin"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

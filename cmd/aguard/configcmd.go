@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/aguard/aguard/config"
+	"github.com/aguard/aguard/internal/tracing"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/state"
 	"github.com/spf13/cobra"
@@ -18,7 +19,9 @@ const settingsHelp = `Each setting is a flag, an environment variable (named in 
 top-level key of the YAML file given with --config, spelled like the flag; a
 flag beats the environment, which beats the file. Routes are set in the file
 only. "aguard config check" prints what a set of flags, variables and file
-resolves to.`
+resolves to. Traces are set by the standard OTEL_* variables
+(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, OTEL_SERVICE_NAME,
+OTEL_PROPAGATORS, …; see the README), not by flags.`
 
 // newServeCmd is aguard serve: the proxy, with the settings of config.Flags.
 func newServeCmd() *cobra.Command {
@@ -55,12 +58,13 @@ func newConfigCmd() *cobra.Command {
 		Long: `Resolve the settings as aguard serve does, from the same flags, environment
 variables and --config file; check them and load the policy they name; and
 print each setting with its value and where the value came from (flag, env,
-file or default). Credentials (settings named *-token, *-secret, *-password)
-are redacted, as are passwords and query values in URLs (except the servers
-a Redis URL names: addr, master_name). It reads the --admin-tokens file and the policy as serve does,
+file or default), then where traces go (OTEL_* variables). Credentials
+(settings named *-token, *-secret, *-password) are redacted, as are passwords
+and query values in URLs (except the servers a Redis URL names: addr,
+master_name). It reads the --admin-tokens file and the policy as serve does,
 and parses --redis as --redis-mode says. Exits 1 on a bad configuration,
 naming the setting, where its value came from, and the value. It does not
-listen, connect to Redis, or fetch bundles or key sets.
+listen, connect to Redis or a collector, or fetch bundles or key sets.
 
 ` + settingsHelp,
 		Example: "  aguard config check --upstream http://127.0.0.1:8000\n  AGUARD_CONFIG=/etc/aguard/aguard.yaml aguard config check",
@@ -112,6 +116,10 @@ func configCheck(ctx context.Context, cfg *config.Config, w io.Writer) error {
 			return fmt.Errorf("config: redis (from %s): %w", settingOrigin(cfg, "redis"), err)
 		}
 	}
+	traces, err := tracing.FromEnv(lookupEnv)
+	if err != nil {
+		return err
+	}
 	reviewers, err := newReviewers(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
@@ -120,7 +128,8 @@ func configCheck(ctx context.Context, cfg *config.Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(w, "\nconsumers: %s\nreviewers: %d\npolicy: %s\nconfiguration OK\n", consumerAuth(cfg), reviewers.Len(), msg)
+	_, err = fmt.Fprintf(w, "\nconsumers: %s\nreviewers: %d\npolicy: %s\ntraces: %s\nconfiguration OK\n",
+		consumerAuth(cfg), reviewers.Len(), msg, tracesTo(traces))
 	return err
 }
 
@@ -133,6 +142,14 @@ func settingOrigin(cfg *config.Config, name string) string {
 		}
 	}
 	return string(config.FromDefault)
+}
+
+// tracesTo says where spans go, as the standard OTEL_* variables set it.
+func tracesTo(e tracing.Export) string {
+	if e.Off != "" {
+		return "off (" + e.Off + ")"
+	}
+	return fmt.Sprintf("OTLP %s to %s (env %s), propagators %s", e.Protocol, config.RedactURL(e.Endpoint), e.EndpointVar, e.Propagators)
 }
 
 // consumerAuth says how consumers are authenticated. The key set of

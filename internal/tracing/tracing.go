@@ -67,46 +67,87 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 	return p.sdk.Shutdown(ctx)
 }
 
-// New reads the OTEL_* variables through getenv and starts tracing, or
-// returns nil (off) when no OTLP endpoint is set
-// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT), when
-// OTEL_SDK_DISABLED is true or OTEL_TRACES_EXPORTER is none. The exporter
-// reads the rest of the OTLP variables itself (headers, timeout,
-// certificates, compression); the SDK reads OTEL_TRACES_SAMPLER(_ARG),
-// OTEL_BSP_* and OTEL_RESOURCE_ATTRIBUTES. version is service.version.
-// OTEL_PROPAGATORS chooses the Propagator. Export failures are logged to
-// log, never fatal: a collector that is down costs spans, not requests.
-func New(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
+// Export says whether and where aguard sends spans, as the OTEL_*
+// variables set it.
+type Export struct {
+	// Off says why tracing is off ("OTEL_SDK_DISABLED is true", …); "" when
+	// it is on.
+	Off string
+	// Protocol is the OTLP protocol: "http/protobuf" or "grpc".
+	Protocol string
+	// Endpoint is the collector's URL as given, in the variable EndpointVar
+	// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else OTEL_EXPORTER_OTLP_ENDPOINT).
+	Endpoint, EndpointVar string
+	// Propagators is OTEL_PROPAGATORS, or DefaultPropagators when unset.
+	Propagators string
+	prop        propagation.TextMapPropagator
+}
+
+// FromEnv reads through getenv whether tracing is on and where spans go,
+// without starting anything: off when OTEL_SDK_DISABLED is true,
+// OTEL_TRACES_EXPORTER is none, or no OTLP endpoint is set
+// (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT). It fails
+// on an exporter other than otlp, an unknown propagator (Propagators), or an
+// OTLP protocol other than http/protobuf and grpc
+// (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL).
+func FromEnv(getenv func(string) string) (Export, error) {
 	if strings.EqualFold(strings.TrimSpace(getenv("OTEL_SDK_DISABLED")), "true") {
-		return nil, nil
+		return Export{Off: "OTEL_SDK_DISABLED is true"}, nil
 	}
 	switch exp := strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER")); exp {
 	case "", "otlp":
 	case "none":
-		return nil, nil
+		return Export{Off: "OTEL_TRACES_EXPORTER is none"}, nil
 	default:
-		return nil, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q: aguard exports traces with otlp only (or none)", exp)
+		return Export{}, fmt.Errorf("tracing: OTEL_TRACES_EXPORTER=%q: aguard exports traces with otlp only (or none)", exp)
 	}
-	if getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" && getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
-		return nil, nil
+	e := Export{EndpointVar: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}
+	if e.Endpoint = getenv(e.EndpointVar); e.Endpoint == "" {
+		e.EndpointVar = "OTEL_EXPORTER_OTLP_ENDPOINT"
+		e.Endpoint = getenv(e.EndpointVar)
 	}
-	prop, err := Propagators(getenv)
-	if err != nil {
+	if e.Endpoint == "" {
+		return Export{Off: "no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}, nil
+	}
+	var err error
+	if e.prop, err = Propagators(getenv); err != nil {
+		return Export{}, err
+	}
+	if e.Propagators = strings.TrimSpace(getenv("OTEL_PROPAGATORS")); e.Propagators == "" {
+		e.Propagators = DefaultPropagators
+	}
+	e.Protocol = getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+	if e.Protocol == "" {
+		e.Protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
+	}
+	switch e.Protocol {
+	case "":
+		e.Protocol = "http/protobuf"
+	case "http/protobuf", "grpc":
+	default:
+		return Export{}, fmt.Errorf("tracing: OTLP protocol %q: want http/protobuf or grpc", e.Protocol)
+	}
+	return e, nil
+}
+
+// New reads the OTEL_* variables through getenv (FromEnv) and starts
+// tracing, or returns nil when tracing is off. The exporter reads the rest
+// of the OTLP variables itself (headers, timeout, certificates,
+// compression); the SDK reads OTEL_TRACES_SAMPLER(_ARG), OTEL_BSP_* and
+// OTEL_RESOURCE_ATTRIBUTES. version is service.version. OTEL_PROPAGATORS
+// chooses the Propagator. Export failures are logged to log, never fatal: a
+// collector that is down costs spans, not requests.
+func New(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
+	e, err := FromEnv(getenv)
+	if err != nil || e.Off != "" {
 		return nil, err
 	}
-	protocol := getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-	if protocol == "" {
-		protocol = getenv("OTEL_EXPORTER_OTLP_PROTOCOL")
-	}
+	protocol := e.Protocol
 	var exp *otlptrace.Exporter
-	switch protocol {
-	case "", "http/protobuf":
-		protocol = "http/protobuf"
-		exp, err = otlptracehttp.New(ctx)
-	case "grpc":
+	if protocol == "grpc" {
 		exp, err = otlptracegrpc.New(ctx)
-	default:
-		return nil, fmt.Errorf("tracing: OTLP protocol %q: want http/protobuf or grpc", protocol)
+	} else {
+		exp, err = otlptracehttp.New(ctx)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tracing: OTLP exporter (%s): %w", protocol, err)
@@ -128,7 +169,7 @@ func New(ctx context.Context, getenv func(string) string, version string, log *s
 		}))
 	}
 	sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return &Provider{sdk: sdk, Protocol: protocol, prop: prop}, nil
+	return &Provider{sdk: sdk, Protocol: protocol, prop: e.prop}, nil
 }
 
 // MsgExportFailed is the msg of the log line for a failure the SDK
