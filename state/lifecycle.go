@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,6 +162,20 @@ func (t Transition) To(c *ToolCall) error {
 	return nil
 }
 
+// Next returns the record t makes of c, leaving c unchanged: for a caller
+// that keeps records it handed to Store.Record, which it must not change.
+// The result shares c's byte slices (arguments, result, schema), which no
+// transition or Store method changes in place; it is a new record to
+// record. It returns an error wrapping ErrTransition when c is not in a
+// status t starts from.
+func (t Transition) Next(c *ToolCall) (*ToolCall, error) {
+	n := *c
+	if err := t.apply(&n); err != nil {
+		return nil, err
+	}
+	return &n, nil
+}
+
 func (t Transition) refuse(c *ToolCall, why string) error {
 	return &TransitionError{Name: t.Name, Ref: RefOf(c), From: c.Status, Why: why}
 }
@@ -196,10 +211,11 @@ func ArgumentsComplete(args []byte) Transition {
 		if c.Status != StatusPending && c.Status != StatusExecuting {
 			return t.refuse(c, "a call whose arguments are streaming")
 		}
-		// The store keeps argumentsJson only when the text is a JSON
-		// object, and fills argumentsDigest from the text (ToolCall).
-		c.ArgumentsText = string(args)
-		c.ArgumentsJSON = json.RawMessage(c.ArgumentsText)
+		// One copy of the text: the store keeps it as argumentsJson when
+		// it is a JSON object, else moves it to argumentsText, and fills
+		// argumentsDigest from it (ToolCall).
+		c.ArgumentsJSON = json.RawMessage(bytes.Clone(args))
+		c.ArgumentsText = ""
 		c.ArgumentsDigest = ""
 		if !c.IsClientTool {
 			c.Status = StatusExecuting
