@@ -36,7 +36,7 @@ type harness struct {
 	agent *httptest.Server
 }
 
-func newHarness(t *testing.T, agent http.HandlerFunc, opts ...func(*Options)) *harness {
+func newHarness(t testing.TB, agent http.HandlerFunc, opts ...func(*Options)) *harness {
 	t.Helper()
 	ag := httptest.NewServer(agent)
 	t.Cleanup(ag.Close)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -380,12 +381,30 @@ func (s *stream) pump() string {
 // emit records a step's facts (in: the bytes of the event fed, 0 for End
 // and Abort), queues its events and, when the stream ends (end != ""),
 // flushes them. It returns end, or "consumer_gone" when writing failed.
+//
+// The ledger records the facts before the events go out, never waiting for
+// Redis, except for a RUN_FINISHED: what it says is pending is recorded
+// before the consumer reads it, waiting for Redis at most --redis-timeout
+// (ledger.runEnded). The events the step produced before it go out first,
+// so that none waits with it.
 func (s *stream) emit(out *Output, in int, end string) string {
 	s.note(out.Notes)
+	events := out.Events
 	if s.led != nil {
-		// Before the events go out: what RUN_FINISHED says is pending must
-		// be recorded before the consumer reads it.
-		s.led.record(s.recordCtx, out)
+		s.led.recordCalls(s.recordCtx, out)
+		if out.Run.Kind != "" {
+			if out.Run.Kind == "finished" {
+				// Out before the wait: what earlier steps left pending
+				// (flushed only before the agent's socket is read), and
+				// this step's events before RUN_FINISHED.
+				i := max(0, slices.IndexFunc(events, func(ev agui.Event) bool { return ev.Type == "RUN_FINISHED" }))
+				if s.writeEvents(events[:i]) != nil || s.flush() != nil {
+					return "consumer_gone"
+				}
+				events = events[i:]
+			}
+			s.led.runEnded(s.recordCtx, &out.Run)
+		}
 	}
 	s.trace.observe(out)
 	s.wmu.Lock()
@@ -394,17 +413,8 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		s.c.bytesIn += float64(in)
 		countEvent(s.p.m.eventsIn, &s.c.textIn, out.InType)
 	}
-	for _, ev := range out.Events {
-		countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
-		if len(ev.JSON) > bigFrame {
-			if ok, err := s.writeBigFrameLocked(ev.JSON); ok {
-				if err != nil {
-					return "consumer_gone"
-				}
-				continue
-			}
-		}
-		s.out = sse.AppendFrame(s.out, ev.JSON)
+	if s.writeEventsLocked(events) != nil {
+		return "consumer_gone"
 	}
 	clear(out.Events) // written: a large event's bytes are not kept while the stream waits
 	if end != "" {
@@ -418,6 +428,29 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		s.flushCountsLocked(now)
 	}
 	return end
+}
+
+// writeEvents queues events as frames (a large one is written at once).
+func (s *stream) writeEvents(events []agui.Event) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.writeEventsLocked(events)
+}
+
+func (s *stream) writeEventsLocked(events []agui.Event) error {
+	for _, ev := range events {
+		countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
+		if len(ev.JSON) > bigFrame {
+			if ok, err := s.writeBigFrameLocked(ev.JSON); ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		s.out = sse.AppendFrame(s.out, ev.JSON)
+	}
+	return nil
 }
 
 // flush writes the pending output as one chunk.

@@ -8,16 +8,23 @@ type callEntry struct {
 	ver   int64     // the version Redis gave it; 0 if not acknowledged by Redis
 	epoch uint64    // s.epoch when cached
 	fresh bool      // no invalidation was missed while it was read or written
+	// wseq is the queue sequence of the write that produced call (0: read
+	// from Redis, or written directly). A read that finds the record
+	// absent from Redis, and began before that write was queued, saw the
+	// write in flight, not a loss (see queuedAt).
+	wseq uint64
 }
 
 // threadEntry is a thread in memory.
 type threadEntry struct {
-	t   *Thread // never modified once cached
-	ver int64   // the version Redis gave it; 0 if not acknowledged by Redis
+	t    *Thread // never modified once cached
+	ver  int64   // the version Redis gave it; 0 if not acknowledged by Redis
+	wseq uint64  // as callEntry.wseq
 }
 
 // Memory has two parts. The LRU holds records and threads of any kind, up to
-// Options.CacheSize each, and evicts the least recently used. The protected
+// Options.CacheSize each and Options.CacheBytes together (estimated by
+// ToolCall.size and Thread.size), and evicts the least recently used. The protected
 // set (protect.go) holds, apart from the LRU, the records and threads that
 // protect something (ToolCall.protects, Thread.protects): other threads'
 // traffic cannot evict them. An entry lives in exactly one of the two, and
@@ -91,6 +98,53 @@ func (s *Store) cacheCallLocked(c *ToolCall, ver int64, seq, epoch uint64, own b
 	s.placeCallLocked(&callEntry{call: c, ver: ver, epoch: epoch, fresh: fresh}, own)
 }
 
+// cacheQueued puts an item this process has just queued into memory, as a
+// local write stamped with its queue sequence.
+func (s *Store) cacheQueued(it *item) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	switch {
+	case it.call != nil:
+		s.placeCallLocked(&callEntry{call: it.call, epoch: s.epoch.Load(), wseq: it.seq}, true)
+	case it.thread != nil:
+		s.cacheThreadEntryLocked(&threadEntry{t: it.thread, wseq: it.seq}, true)
+	}
+}
+
+// lruAddCallLocked adds e to the LRU, keeping its byte count, and evicts
+// what exceeds Options.CacheBytes. cacheMu is held.
+func (s *Store) lruAddCallLocked(r Ref, e *callEntry) {
+	if old, ok := s.calls.Peek(r); ok {
+		s.lruBytes -= old.call.size() // replaced: the callback does not run
+	}
+	s.calls.Add(r, e)
+	s.lruBytes += e.call.size()
+	s.trimLocked()
+}
+
+func (s *Store) lruAddThreadLocked(e *threadEntry) {
+	if old, ok := s.threads.Peek(e.t.ID); ok {
+		s.lruBytes -= old.t.size()
+	}
+	s.threads.Add(e.t.ID, e)
+	s.lruBytes += e.t.size()
+	s.trimLocked()
+}
+
+// trimLocked evicts the least recently used records (then threads) while
+// the LRU holds more than Options.CacheBytes. cacheMu is held.
+func (s *Store) trimLocked() {
+	for s.lruBytes > s.opt.CacheBytes {
+		if _, _, ok := s.calls.RemoveOldest(); ok {
+			continue
+		}
+		if _, _, ok := s.threads.RemoveOldest(); !ok {
+			break
+		}
+	}
+	s.met.cacheBytes.Set(float64(s.lruBytes))
+}
+
 // placeCallLocked stores e in the protected set, if its record protects
 // something and this process wrote it (own) or already protects it, or else
 // in the LRU; and removes it from the other. cacheMu is held.
@@ -102,7 +156,7 @@ func (s *Store) placeCallLocked(e *callEntry, own bool) {
 		return
 	}
 	s.unprotectCallLocked(r)
-	s.calls.Add(r, e)
+	s.lruAddCallLocked(r, e)
 }
 
 // cacheThread puts t, written by this process, in memory at Redis version
@@ -129,13 +183,20 @@ func (s *Store) cacheThreadLocked(t *Thread, ver int64, own bool) {
 	if e, ok := s.threads.Peek(t.ID); ok && ver > 0 && e.ver >= ver {
 		return
 	}
-	e := &threadEntry{t: t, ver: ver}
+	s.cacheThreadEntryLocked(&threadEntry{t: t, ver: ver}, own)
+}
+
+// cacheThreadEntryLocked stores e in the protected set or the LRU, as
+// placeCallLocked does for records.
+func (s *Store) cacheThreadEntryLocked(e *threadEntry, own bool) {
+	t := e.t
+	_, protected := s.prot.threads[t.ID]
 	if t.protects() && (own || protected) && s.protectThreadLocked(e, s.threadKeepUntil(t)) {
 		s.threads.Remove(t.ID)
 		return
 	}
 	s.unprotectThreadLocked(t.ID)
-	s.threads.Add(t.ID, e)
+	s.lruAddThreadLocked(e)
 }
 
 // keepUntil is how long c must be remembered: TTL after its last write, or
@@ -224,12 +285,12 @@ func (s *Store) invalidateLocked(inv invalidation) {
 	if p, ok := s.prot.calls[r]; ok && p.e != nil && p.e.ver < inv.ver {
 		s.markStaleLocked(r)
 		if p.e.fresh {
-			p.e = &callEntry{call: p.e.call, ver: p.e.ver, epoch: p.e.epoch}
+			p.e = &callEntry{call: p.e.call, ver: p.e.ver, epoch: p.e.epoch, wseq: p.e.wseq}
 		}
 		return
 	}
 	if e, ok := s.calls.Peek(r); ok && e.fresh && e.ver < inv.ver {
-		s.calls.Add(r, &callEntry{call: e.call, ver: e.ver, epoch: e.epoch})
+		s.lruAddCallLocked(r, &callEntry{call: e.call, ver: e.ver, epoch: e.epoch, wseq: e.wseq})
 	}
 }
 

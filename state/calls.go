@@ -35,7 +35,8 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 		s.met.cacheMisses.Inc()
 		return nil, fmt.Errorf("state: %s: %w", r, ErrNotFound)
 	}
-	if it := s.queued(callKey(r)); it != nil {
+	it, mark := s.queuedAt(callKey(r))
+	if it != nil {
 		s.met.cacheHits.Inc()
 		return it.call.clone(), nil
 	}
@@ -54,7 +55,7 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 	sc, err := s.readCall(ctx, r)
 	switch {
 	case err == nil && sc.call == nil:
-		if mem, ok := s.lostCopy(r, readAt); ok {
+		if mem, ok := s.lostCopy(r, readAt, mark); ok {
 			return mem.clone(), nil
 		}
 		return nil, fmt.Errorf("state: %s: %w", r, ErrNotFound)
@@ -72,16 +73,25 @@ func (s *Store) GetCall(ctx context.Context, r Ref) (*ToolCall, error) {
 }
 
 // lostCopy is this process's copy of a record Redis did not have when read
-// at readAt: one it protects (whose absence means Redis lost data, which it
-// reports), or any copy while a loss is being recovered.
-func (s *Store) lostCopy(r Ref, readAt time.Time) (*ToolCall, bool) {
+// at readAt, the queue at sequence mark when the read began: one written
+// since (in flight, no loss); one it protects (whose absence means Redis
+// lost data, which it reports); or any copy while a loss is being
+// recovered.
+func (s *Store) lostCopy(r Ref, readAt time.Time, mark uint64) (*ToolCall, bool) {
 	s.cacheMu.Lock()
+	if e, ok := s.peekCallLocked(r); ok && e.wseq > mark {
+		s.cacheMu.Unlock()
+		return e.call, true
+	}
 	p, protected := s.prot.calls[r]
 	var mem *ToolCall
 	if protected && p.e != nil && s.now().Before(p.until) { // else its keys expired: no loss
 		mem = p.e.call
 	}
 	s.cacheMu.Unlock()
+	if it := s.queued(callKey(r)); it != nil {
+		return it.call, true // queued during the read
+	}
 	if mem != nil {
 		s.lostAfter(causeMissing, readAt)
 		return mem, true
@@ -120,16 +130,16 @@ func (s *Store) PutCall(ctx context.Context, c *ToolCall) error {
 		s.met.writes.WithLabelValues(writeMemory).Inc()
 		return nil
 	}
-	s.cacheCall(n, 0, 0, 0)
 	if !s.direct() {
-		s.enqueue([]*item{{call: n}}, nil)
+		s.writeBehind([]*item{{call: n}}, nil)
 		return nil
 	}
+	s.cacheCall(n, 0, 0, 0)
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
 	vers, err := s.writeRedis(ctx, []callWrite{{n, -1}}, nil)
 	if err != nil {
 		s.writeFailed(ctx, err)
-		s.enqueue([]*item{{call: n}}, nil)
+		s.writeBehind([]*item{{call: n}}, nil)
 		return nil
 	}
 	s.met.writes.WithLabelValues(writeRedis).Inc()
@@ -178,14 +188,14 @@ func (s *Store) PutCallsSync(ctx context.Context, calls []*ToolCall, t *Thread) 
 		s.met.writes.WithLabelValues(writeMemory).Add(float64(len(items)))
 		return nil
 	}
-	for _, it := range items {
-		s.cacheItem(it)
-	}
 	what := fmt.Sprintf("%d tool calls", len(calls))
 	if t != nil {
 		what += fmt.Sprintf(" and thread %q", t.ID)
 	}
 	if s.direct() {
+		for _, it := range items {
+			s.cacheItem(it)
+		}
 		seq, epoch := s.invalSeq.Load(), s.epoch.Load()
 		groups := groupWrites(writes, threads)
 		res, err := s.runWrites(ctx, "w", groups)
@@ -202,37 +212,14 @@ func (s *Store) PutCallsSync(ctx context.Context, calls []*ToolCall, t *Thread) 
 			return nil
 		}
 		s.writeFailed(ctx, err)
-		s.enqueue(items, nil)
+		s.writeBehind(items, nil)
 		return fmt.Errorf("state: sync write of %s: %w: %w", what, ErrQueued, err)
 	}
 	// Redis is down, or older writes are still draining: queue behind them,
 	// and wait for the drain if Redis is up.
 	w := &waiter{remaining: len(items), done: make(chan struct{})}
-	s.enqueue(items, w)
-	for {
-		s.mu.Lock()
-		progress, downErr := s.progress, s.downErr
-		s.mu.Unlock()
-		select {
-		case <-w.done:
-			if w.dropped {
-				return fmt.Errorf("state: sync write of %s: dropped from the full redis queue", what)
-			}
-			return nil
-		default:
-		}
-		if downErr != nil {
-			return fmt.Errorf("state: sync write of %s: %w: %w", what, ErrQueued, downErr)
-		}
-		select {
-		case <-w.done:
-		case <-progress:
-		case <-ctx.Done():
-			return fmt.Errorf("state: sync write of %s: %w: %w", what, ErrQueued, ctx.Err())
-		case <-s.stop:
-			return fmt.Errorf("state: sync write of %s: %w: %w", what, ErrQueued, errClosed)
-		}
-	}
+	s.writeBehind(items, w)
+	return s.await(ctx, w, what)
 }
 
 // cacheItem puts an item about to be written into memory as a local write.
@@ -288,6 +275,7 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 			continue
 		}
 		seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+		_, mark := s.queuedAt(callKey(r))
 		readAt := time.Now()
 		sc, err := s.readCall(ctx, r)
 		if err != nil {
@@ -299,10 +287,13 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 		}
 		cur, ver := sc.call, sc.ver
 		if cur == nil {
+			if s.queued(callKey(r)) != nil {
+				continue // written meanwhile: start from it
+			}
 			// Redis lost it, or never had it. A copy this process
 			// protects is written back in the same compare-and-set
 			// (expected: still absent).
-			mem, ok := s.lostCopy(r, readAt)
+			mem, ok := s.lostCopy(r, readAt, mark)
 			if !ok {
 				return nil, fmt.Errorf("state: update %s: %w", r, ErrNotFound)
 			}
@@ -326,8 +317,7 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 			// Whether Redis applied it is unknown; keep the result and
 			// write it unconditionally once Redis is back.
 			s.setDown(err)
-			s.cacheCall(next, 0, 0, 0)
-			s.enqueue([]*item{{call: next}}, nil)
+			s.writeBehind([]*item{{call: next}}, nil)
 			return next.clone(), fmt.Errorf("state: update %s: %w: %w", r, ErrQueued, err)
 		}
 		s.met.writes.WithLabelValues(writeRedis).Inc()
@@ -357,12 +347,12 @@ func (s *Store) updateLocal(r Ref, fn func(c *ToolCall) error) (*ToolCall, error
 	if err != nil {
 		return nil, err
 	}
-	s.cacheCall(next, 0, 0, 0)
 	if s.rdb == nil {
+		s.cacheCall(next, 0, 0, 0)
 		s.met.writes.WithLabelValues(writeMemory).Inc()
 		return next.clone(), nil
 	}
-	s.enqueue([]*item{{call: next}}, nil)
+	s.writeBehind([]*item{{call: next}}, nil)
 	return next.clone(), fmt.Errorf("state: update %s: %w: %w", r, ErrQueued, s.downError())
 }
 

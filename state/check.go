@@ -112,6 +112,27 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 	c, budget := s.client(len(ids))
 	rctx, cancel := within(ctx, budget)
 	defer cancel()
+	// A write queued before the read, or after it began, may be in flight
+	// while Redis answers: an absence is then no loss. markOf(key) is the
+	// queue sequence a memory copy must be newer than to be one of those.
+	s.mu.Lock()
+	mark := s.q.seq
+	var pre map[string]uint64
+	if s.q.len() > 0 {
+		pre = map[string]uint64{}
+		for _, k := range append([]string{threadKey(v.id)}, callKeys(v.id, ids)...) {
+			if it, ok := s.q.get(k); ok {
+				pre[k] = it.seq - 1
+			}
+		}
+	}
+	s.mu.Unlock()
+	markOf := func(key string) uint64 {
+		if m, ok := pre[key]; ok {
+			return m
+		}
+		return mark
+	}
 	readAt := time.Now()
 	_, err := c.Pipelined(rctx, func(p redis.Pipeliner) error {
 		tcmd = p.HMGet(ctx, threadKey(v.id), "v", "d")
@@ -145,7 +166,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 		s.cacheThreadRead(t, tver)
 		v.Thread = t.clone()
 	default:
-		if v.Thread, err = s.absentThread(v.id, window, readAt); err != nil {
+		if v.Thread, err = s.absentThread(v.id, window, readAt, markOf(threadKey(v.id))); err != nil {
 			return errUnvouched{err}
 		}
 		v.FromMemory = v.Thread.protects() || window
@@ -165,7 +186,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 			v.calls[id] = &viewCall{call: sc.call.clone(), ver: sc.ver, unverified: sc.restored}
 			continue
 		}
-		if mem, ok := s.lostCopy(r, readAt); ok {
+		if mem, ok := s.lostCopy(r, readAt, markOf(callKey(r))); ok {
 			v.calls[id] = &viewCall{call: mem.clone(), unverified: true}
 		} else if window {
 			if e, ok := s.calls.Peek(r); ok {
@@ -174,6 +195,14 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 		}
 	}
 	return nil
+}
+
+func callKeys(thread string, ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = callKey(Ref{thread, id})
+	}
+	return out
 }
 
 // errSlow marks a bulk read that ran out of time: not an outage.
@@ -280,8 +309,7 @@ func (s *Store) ApplyAnswers(ctx context.Context, v *ThreadView, changes []Chang
 			// Whether Redis applied them is unknown: queue the results.
 			s.setDown(err)
 			for k, w := range writes {
-				s.cacheCall(w.call, 0, 0, 0)
-				s.enqueue([]*item{{call: w.call}}, nil)
+				s.writeBehind([]*item{{call: w.call}}, nil)
 				out[idx[k]] = Result{w.call.clone(), fmt.Errorf("state: record %s: %w: %w", RefOf(w.call), ErrQueued, err)}
 			}
 			return out
@@ -348,13 +376,13 @@ func (s *Store) applyLocal(base *ToolCall, t Transition) Result {
 	if err != nil {
 		return Result{Err: err}
 	}
-	s.cacheCall(next, 0, 0, 0)
 	s.met.transitions.WithLabelValues(string(t.Name)).Inc()
 	if s.rdb == nil {
+		s.cacheCall(next, 0, 0, 0)
 		s.met.writes.WithLabelValues(writeMemory).Inc()
 		return Result{Call: next.clone()}
 	}
-	s.enqueue([]*item{{call: next}}, nil)
+	s.writeBehind([]*item{{call: next}}, nil)
 	return Result{Call: next.clone(), Err: fmt.Errorf("state: record %s: %w: %w", RefOf(next), ErrQueued, s.downError())}
 }
 

@@ -189,6 +189,7 @@ func (s *Store) runMonitor() {
 		if due && s.up.Load() {
 			s.writeBack()
 		}
+		s.slowRecovered()
 		select {
 		case <-s.stop:
 			return

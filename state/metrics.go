@@ -11,7 +11,7 @@ import (
 // Values of the result label of aguard_state_writes_total.
 const (
 	writeRedis    = "redis"    // acknowledged by Redis during the caller's call
-	writeQueued   = "queued"   // queued because Redis was unreachable
+	writeQueued   = "queued"   // queued: written behind the caller, or held while Redis was unreachable
 	writeDrained  = "drained"  // a queued write, acknowledged by Redis later
 	writeMemory   = "memory"   // stored in memory only (no Redis configured)
 	writeConflict = "conflict" // a compare-and-set lost to another writer and was retried
@@ -41,6 +41,11 @@ type metrics struct {
 	// (approvalOutcome); approvalsPending is read at scrape time.
 	approvalWait     *prometheus.HistogramVec
 	approvalsPending prometheus.Collector
+
+	redisSlow  prometheus.Counter
+	writesLate prometheus.Counter
+	cacheBytes prometheus.Gauge
+	queueBytes prometheus.Gauge
 }
 
 // Values of the outcome label of aguard_approval_wait_seconds.
@@ -127,6 +132,22 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 			Name: "aguard_approvals_pending",
 			Help: "Tool calls held for an approval nobody has decided yet, that this replica keeps in its protected memory (with Redis, replicas share them: take the max).",
 		}, pending),
+		redisSlow: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_redis_slow_total",
+			Help: "Redis round trips that took longer than --redis-timeout.",
+		}),
+		writesLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_writes_late_total",
+			Help: "Writes a caller waited for (a RUN_FINISHED's) that Redis had not acknowledged within --redis-timeout; they stay queued.",
+		}),
+		cacheBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_state_cache_bytes",
+			Help: "Estimated bytes of the records and threads in the ledger's LRU (bounded by --ledger-cache-bytes).",
+		}),
+		queueBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_state_queue_bytes",
+			Help: "Estimated bytes of the writes waiting for Redis.",
+		}),
 	}
 	for _, o := range []string{outcomeApproved, outcomeRejected, outcomeTimedOut} {
 		m.approvalWait.WithLabelValues(o)
@@ -142,7 +163,8 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 	}
 	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses,
 		m.transitions, m.protectedEntries, m.protectedBytes, m.protectedMax, m.protectedOverflow, m.holdsRefused,
-		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost, m.approvalWait, m.approvalsPending}
+		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost, m.approvalWait, m.approvalsPending,
+		m.redisSlow, m.writesLate, m.cacheBytes, m.queueBytes}
 	if err := promreg.All(reg, all...); err != nil {
 		return nil, fmt.Errorf("state: register metrics: %w", err)
 	}

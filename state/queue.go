@@ -2,33 +2,52 @@ package state
 
 import "container/list"
 
-// item is one record or thread waiting for Redis: exactly one of call and
-// thread is set. Items are snapshots the Store owns and never modifies.
+// item is one write waiting for Redis: a record (call), a thread, or a
+// change of this replica's runs registry (run). Exactly one of the three is
+// set. Items are snapshots the Store owns and never modifies.
 type item struct {
 	call    *ToolCall
 	thread  *Thread
+	run     *runOp
 	seq     uint64    // enqueue order; a newer write of the same key gets a new one
-	waiters []*waiter // PutCallsSync calls waiting for this key to reach Redis
+	waiters []*waiter // RecordSync and PutCallsSync calls waiting for this key to reach Redis
 }
 
-// key identifies what an item overwrites in Redis.
+// runOp registers a run in this replica's runs registry (live) or withdraws
+// it; see runs.go.
+type runOp struct {
+	ref  RunRef
+	live bool
+}
+
+// key identifies what an item overwrites in Redis. A run's registration and
+// its withdrawal are two keys, so that a withdrawal queued behind the run's
+// last records never overtakes them, and a registration never waits behind
+// them.
 func (it *item) key() string {
-	if it.call != nil {
+	switch {
+	case it.call != nil:
 		return callKey(RefOf(it.call))
+	case it.thread != nil:
+		return threadKey(it.thread.ID)
+	case it.run.live:
+		return "run+" + runMember(it.run.ref)
 	}
-	return threadKey(it.thread.ID)
+	return "run-" + runMember(it.run.ref)
 }
 
-// threadID is the thread the item belongs to: one write script call per
-// thread.
-func (it *item) threadID() string {
-	if it.call != nil {
-		return it.call.ThreadID
+// size estimates the bytes an item holds.
+func (it *item) size() int64 {
+	switch {
+	case it.call != nil:
+		return it.call.size()
+	case it.thread != nil:
+		return it.thread.size()
 	}
-	return it.thread.ID
+	return int64(64 + len(it.run.ref.ThreadID) + len(it.run.ref.RunID))
 }
 
-// waiter lets PutCallsSync wait until each of its items has been written to
+// waiter lets RecordSync wait until each of its items has been written to
 // Redis (or dropped from a full queue).
 type waiter struct {
 	remaining int
@@ -47,35 +66,41 @@ func (w *waiter) finish(dropped bool) {
 // ordered by the time of each key's latest write: a newer write of a queued
 // key replaces the older one and moves to the back. Draining it front to back
 // therefore writes every key's latest value, in the order those values were
-// written. It is bounded: beyond max items the front (least recently written)
-// is dropped. queue is not safe for concurrent use; the Store's mu guards it.
+// written. It is bounded in items and in estimated bytes: beyond either the
+// front (least recently written) is dropped. queue is not safe for
+// concurrent use; the Store's mu guards it.
 type queue struct {
-	max   int
-	seq   uint64
-	order *list.List // of *item, front = oldest
-	byKey map[string]*list.Element
+	max      int
+	maxBytes int64
+	bytes    int64
+	seq      uint64
+	order    *list.List // of *item, front = oldest
+	byKey    map[string]*list.Element
 }
 
-func newQueue(max int) *queue {
-	return &queue{max: max, order: list.New(), byKey: make(map[string]*list.Element)}
+func newQueue(max int, maxBytes int64) *queue {
+	return &queue{max: max, maxBytes: maxBytes, order: list.New(), byKey: make(map[string]*list.Element)}
 }
 
 func (q *queue) len() int { return q.order.Len() }
 
 // push enqueues it, superseding a queued item of the same key (whose waiters
-// it inherits), and returns the items dropped to respect the bound.
+// it inherits), and returns the items dropped to respect the bounds.
 func (q *queue) push(it *item) (dropped []*item) {
 	q.seq++
 	it.seq = q.seq
 	k := it.key()
 	if e, ok := q.byKey[k]; ok {
 		old := q.order.Remove(e).(*item)
+		q.bytes -= old.size()
 		it.waiters = append(old.waiters, it.waiters...)
 	}
 	q.byKey[k] = q.order.PushBack(it)
-	for q.order.Len() > q.max {
+	q.bytes += it.size()
+	for q.order.Len() > q.max || q.bytes > q.maxBytes && q.order.Len() > 0 {
 		old := q.order.Remove(q.order.Front()).(*item)
 		delete(q.byKey, old.key())
+		q.bytes -= old.size()
 		dropped = append(dropped, old)
 	}
 	return dropped
@@ -101,6 +126,7 @@ func (q *queue) ack(it *item) bool {
 	}
 	q.order.Remove(e)
 	delete(q.byKey, k)
+	q.bytes -= it.size()
 	return true
 }
 
@@ -108,6 +134,15 @@ func (q *queue) ack(it *item) bool {
 func (q *queue) get(key string) (*item, bool) {
 	e, ok := q.byKey[key]
 	if !ok {
+		return nil, false
+	}
+	return e.Value.(*item), true
+}
+
+// front returns the oldest item, if any.
+func (q *queue) front() (*item, bool) {
+	e := q.order.Front()
+	if e == nil {
 		return nil, false
 	}
 	return e.Value.(*item), true

@@ -363,7 +363,20 @@ func (s *Store) runWrites(ctx context.Context, mode string, groups []*threadWrit
 // (0: the client's I/O timeouts). On a Redis Cluster it takes a second
 // round trip, for the global indexes (runIndexes).
 func (s *Store) runWritesOn(ctx context.Context, c redis.UniversalClient, budget time.Duration, mode string, groups []*threadWrite) ([]writeResult, error) {
-	if len(groups) == 0 {
+	return s.runWritesAround(ctx, c, budget, mode, groups, nil, nil)
+}
+
+// runWritesAround is runWritesOn with more commands, which Redis executes
+// before the script calls (before's) or after them (after's); either may be
+// nil. Their replies are not read, only their errors. On one Redis they
+// share the scripts' pipeline, which Redis executes in order. A Redis
+// Cluster's client sends a pipeline's commands to each node at once, in no
+// order between nodes: there before's take a round trip of their own ahead
+// of the scripts, and after's go with the index round trip that follows
+// them.
+func (s *Store) runWritesAround(ctx context.Context, c redis.UniversalClient, budget time.Duration, mode string, groups []*threadWrite,
+	before, after func(redis.Pipeliner)) ([]writeResult, error) {
+	if len(groups) == 0 && before == nil && after == nil {
 		return nil, nil
 	}
 	preps := make([]prepared, len(groups))
@@ -376,7 +389,19 @@ func (s *Store) runWritesOn(ctx context.Context, c redis.UniversalClient, budget
 	}
 	ctx, cancel := within(ctx, budget)
 	defer cancel()
-	cmds, err := s.evalAll(ctx, c, s.scripts.write, preps)
+	if s.cluster {
+		if before != nil {
+			if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { before(p); return nil }); err != nil {
+				return nil, err
+			}
+		}
+		before = nil
+	}
+	scriptsAfter := after
+	if s.cluster {
+		scriptsAfter = nil
+	}
+	cmds, err := s.evalAll(ctx, c, s.scripts.write, preps, before, scriptsAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -397,7 +422,7 @@ func (s *Store) runWritesOn(ctx context.Context, c redis.UniversalClient, budget
 		}
 	}
 	if s.cluster {
-		if err := s.runIndexes(ctx, c, groups, out, moved); err != nil {
+		if err := s.runIndexes(ctx, c, groups, out, moved, after); err != nil {
 			return nil, err
 		}
 	}
@@ -412,17 +437,24 @@ type prepared struct {
 
 // evalAll runs script once per prepared call, all in one pipeline (on a
 // cluster, one per node, in parallel), loading the script where a node
-// does not have it.
-func (s *Store) evalAll(ctx context.Context, c redis.UniversalClient, script *redis.Script, preps []prepared) ([]*redis.Cmd, error) {
+// does not have it; before and after (either may be nil) add commands to
+// the pipeline ahead of the calls and behind them.
+func (s *Store) evalAll(ctx context.Context, c redis.UniversalClient, script *redis.Script, preps []prepared, before, after func(redis.Pipeliner)) ([]*redis.Cmd, error) {
 	run := func(load bool) ([]*redis.Cmd, error) {
 		cmds := make([]*redis.Cmd, len(preps))
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if before != nil {
+				before(p)
+			}
 			for i, pr := range preps {
 				if load {
 					cmds[i] = script.Eval(ctx, p, pr.keys, pr.args...)
 				} else {
 					cmds[i] = script.EvalSha(ctx, p, pr.keys, pr.args...)
 				}
+			}
+			if after != nil {
+				after(p)
 			}
 			return nil
 		})
@@ -471,9 +503,10 @@ func decodeWriteReply(g *threadWrite, res []any, withMoved bool) (writeResult, [
 }
 
 // runIndexes runs the index script of each group written (those without a
-// conflict), in one pipeline: on a Redis Cluster the indexes are in their
-// shard's slot, apart from the thread's.
-func (s *Store) runIndexes(ctx context.Context, c redis.UniversalClient, groups []*threadWrite, out []writeResult, moved [][]movedCall) error {
+// conflict), in one pipeline, with after's commands (nil: none) behind
+// them: on a Redis Cluster the indexes are in their shard's slot, apart
+// from the thread's.
+func (s *Store) runIndexes(ctx context.Context, c redis.UniversalClient, groups []*threadWrite, out []writeResult, moved [][]movedCall, after func(redis.Pipeliner)) error {
 	var preps []prepared
 	for i, g := range groups {
 		if out[i].conflict != nil || (len(moved[i]) == 0 && out[i].tver <= 0) {
@@ -491,10 +524,10 @@ func (s *Store) runIndexes(ctx context.Context, c redis.UniversalClient, groups 
 		}
 		preps = append(preps, prepared{[]string{s.ks.deadlinesKey(shard)}, args})
 	}
-	if len(preps) == 0 {
+	if len(preps) == 0 && after == nil {
 		return nil
 	}
-	cmds, err := s.evalAll(ctx, c, s.scripts.index, preps)
+	cmds, err := s.evalAll(ctx, c, s.scripts.index, preps, nil, after)
 	if err != nil {
 		return err
 	}

@@ -37,12 +37,12 @@ func (r *runRegistry) init() {
 	r.lost = map[RunRef]string{}
 }
 
-// RunStarted registers a run this replica streams, before its first call is
-// recorded, so that another replica can end the run's open calls if this
-// one dies. Without Redis it does nothing (no replica would outlive this
-// one); while Redis is unreachable the registration is written when it
-// answers again.
-func (s *Store) RunStarted(ctx context.Context, r RunRef) {
+// RunStarted registers a run this replica streams, so that another replica
+// can end the run's open calls if this one dies. It never waits for Redis:
+// the registration is queued ahead of the run's records (writer.go), so it
+// reaches Redis before any of them. Without Redis it does nothing (no
+// replica would outlive this one).
+func (s *Store) RunStarted(r RunRef) {
 	if s.rdb == nil || s.closed.Load() {
 		return
 	}
@@ -50,27 +50,14 @@ func (s *Store) RunStarted(ctx context.Context, r RunRef) {
 	s.runs.live[r] = true
 	s.runs.gen++
 	s.runs.mu.Unlock()
-	if !s.up.Load() {
-		s.markRunsDirty()
-		return
-	}
-	key := s.ks.runsKey(s.origin)
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, key, runMember(r), "live")
-		p.PExpire(ctx, key, s.opt.TTL)
-		return nil
-	})
-	if err != nil {
-		s.markRunsDirty()
-		if s.unreachable(ctx, err) {
-			s.setDown(err)
-		}
-	}
+	s.enqueue([]*item{{run: &runOp{ref: r, live: true}}}, nil)
 }
 
 // RunEnded withdraws a run registered with RunStarted: its stream is over,
-// and its calls have been ended or handed to the application.
-func (s *Store) RunEnded(ctx context.Context, r RunRef) {
+// and its calls have been ended or handed to the application. Like
+// RunStarted it never waits; the withdrawal reaches Redis after every
+// record written before it.
+func (s *Store) RunEnded(r RunRef) {
 	if s.rdb == nil || s.closed.Load() {
 		return
 	}
@@ -79,18 +66,8 @@ func (s *Store) RunEnded(ctx context.Context, r RunRef) {
 	delete(s.runs.live, r)
 	s.runs.gen++
 	s.runs.mu.Unlock()
-	if !was {
-		return
-	}
-	if !s.up.Load() {
-		s.markRunsDirty()
-		return
-	}
-	if err := s.rdb.HDel(ctx, s.ks.runsKey(s.origin), runMember(r)).Err(); err != nil {
-		s.markRunsDirty()
-		if s.unreachable(ctx, err) {
-			s.setDown(err)
-		}
+	if was {
+		s.enqueue([]*item{{run: &runOp{ref: r}}}, nil)
 	}
 }
 

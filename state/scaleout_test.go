@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // openClusterStore opens a Store on the cluster c and waits until its
@@ -129,7 +131,7 @@ func TestTheLedgerWorksAcrossTheMastersOfARedisCluster(t *testing.T) {
 	gone := openClusterStore(t, c, Options{})
 	await.For(t, "the first heartbeat", gone.markerSet)
 	run := RunRef{ThreadID: "thread-k", RunID: "run-1"}
-	gone.RunStarted(ctx, run)
+	gone.RunStarted(run)
 	mustPut(t, gone, newCall("open", "thread-k", StatusPending, t0))
 	gone.Close()
 	b.sweep(ctx)
@@ -369,4 +371,142 @@ func TestASentinelFailoverDuringRunsLosesNothing(t *testing.T) {
 	written := func(s *Store) int { s.loss.mu.Lock(); defer s.loss.mu.Unlock(); return s.loss.written }
 	t.Logf("written back after the failover: %d and %d records and threads", written(a), written(b))
 	checkNothingLost(t, open, wait(), a, b)
+}
+
+// failedPipelines is a go-redis hook that reports, on its channel, every
+// pipeline holding a command named one of names that failed (but for
+// NOSCRIPT, which a script's first call on a master gets at once).
+type failedPipelines struct {
+	names []string
+	ch    chan error
+}
+
+func (h failedPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h failedPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failedPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if err != nil && !isNoScript(err) && slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return slices.Contains(h.names, c.Name()) }) {
+			select {
+			case h.ch <- err:
+			default:
+			}
+		}
+		return err
+	}
+}
+
+// TestOnAClusterARunIsRegisteredBeforeItsRecordsAndWithdrawnAfter: the
+// writer sends a run's registration ahead of its records and its
+// withdrawal behind them, which on one Redis one pipeline keeps in order.
+// A Redis Cluster's client sends a pipeline to each master at once, in no
+// order between them: with the master of the registry paused (CLIENT
+// PAUSE WRITE), a record of a run on another master must not reach Redis
+// while its registration has not (a replica dying then would leave the
+// call open for good, with no run for another replica to end); with the
+// thread's master paused, the withdrawal must not reach Redis before the
+// record that ends the call.
+func TestOnAClusterARunIsRegisteredBeforeItsRecordsAndWithdrawnAfter(t *testing.T) {
+	c := redistest.SharedCluster(t)
+	ctx := context.Background()
+	hset := failedPipelines{[]string{"hset"}, make(chan error, 8)}
+	script := failedPipelines{[]string{"evalsha", "eval"}, make(chan error, 8)}
+	s := openClusterStore(t, c, Options{Hooks: []redis.Hook{hset, script}})
+	rc := c.Client(t)
+	masterOf := func(key string) *redistest.Server {
+		slot, err := rc.ClusterKeySlot(ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := c.MasterOf(t, int(slot))
+		return m
+	}
+	registry := masterOf(s.ks.runsKey(s.origin))
+	thread := ""
+	for i := 0; thread == ""; i++ {
+		if th := "order-" + strconv.Itoa(i); masterOf(threadKey(th)) != registry {
+			thread = th
+		}
+	}
+	pause := func(m *redistest.Server) (unpause func()) {
+		t.Helper()
+		n := c.Node(t, m)
+		if err := n.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+			t.Fatal(err)
+		}
+		var once sync.Once
+		unpause = func() { once.Do(func() { n.Do(ctx, "CLIENT", "UNPAUSE") }) }
+		t.Cleanup(unpause)
+		return unpause
+	}
+	run := RunRef{ThreadID: thread, RunID: "run-1"}
+	r := Ref{thread, "call-1"}
+	registered := func() bool { return rc.HExists(ctx, s.ks.runsKey(s.origin), runMember(run)).Val() }
+	stored := func() *ToolCall {
+		d, err := rc.HGet(ctx, callKey(r), "d").Result()
+		if err != nil {
+			return nil
+		}
+		var c ToolCall
+		if err := json.Unmarshal([]byte(d), &c); err != nil {
+			t.Fatal(err)
+		}
+		return &c
+	}
+	drained := func() bool { return s.up.Load() && s.qlen.Load() == 0 }
+	// The writer may take the first write alone: by its second try it has
+	// both in one batch.
+	twoFailures := func(h failedPipelines, what string) {
+		t.Helper()
+		for i := range 2 {
+			select {
+			case err := <-h.ch:
+				t.Logf("try %d of the %s failed: %v", i+1, what, err)
+			case <-time.After(time.Minute):
+				t.Fatalf("no write of the %s failed while its master was paused", what)
+			}
+		}
+	}
+
+	// Every master has the scripts (a NOSCRIPT would stop the write
+	// without a pause).
+	if err := s.Record([]*ToolCall{newCall("warm", thread, StatusCompleted, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	await.For(t, "the writes to drain", drained)
+
+	// The registry's master is paused: the run starts and its call is
+	// recorded.
+	unpause := pause(registry)
+	s.RunStarted(run)
+	if err := s.Record([]*ToolCall{newCall(r.ID, r.ThreadID, StatusExecuting, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	twoFailures(hset, "registration")
+	if c := stored(); c != nil {
+		t.Fatalf("the call reached Redis (%s) before the run's registration did", c.Status)
+	}
+	unpause()
+	await.For(t, "the writes to drain", drained)
+	if c := stored(); !registered() || c == nil || c.Status != StatusExecuting {
+		t.Fatalf("after the pause: registered %v, call %+v", registered(), c)
+	}
+
+	// The thread's master is paused: the call ends and the run is
+	// withdrawn.
+	unpause = pause(masterOf(threadKey(thread)))
+	ended := newCall(r.ID, r.ThreadID, StatusCompleted, t0)
+	if err := s.Record([]*ToolCall{ended}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.RunEnded(run)
+	twoFailures(script, "record")
+	if !registered() {
+		t.Fatal("the run was withdrawn before the record that ends its call reached Redis")
+	}
+	unpause()
+	await.For(t, "the writes to drain", drained)
+	if c := stored(); registered() || c == nil || c.Status != StatusCompleted {
+		t.Fatalf("after the pause: registered %v, call %+v", registered(), c)
+	}
 }

@@ -42,13 +42,15 @@ var errClosed = errors.New("state: store is closed")
 
 const (
 	defaultCacheSize      = 100_000
+	defaultCacheBytes     = 256 << 20
 	defaultProtectedBytes = 256 << 20
 	defaultTTL            = 7 * 24 * time.Hour
 	defaultQueueSize      = 100_000
+	defaultRedisTimeout   = 250 * time.Millisecond
 
 	minBackoff        = 25 * time.Millisecond // first retry after Redis failed
 	maxBackoff        = time.Second           // retry interval while Redis stays down
-	drainBatch        = 64                    // queued items per write
+	drainBatch        = 256                   // queued items per round trip
 	probeTimeout      = time.Second           // PING while down, and at Open
 	drainTimeout      = 5 * time.Second       // one queued batch
 	closeFlushTimeout = 2 * time.Second       // what Close spends on the queue
@@ -67,6 +69,7 @@ const (
 	defaultSweep     = time.Second      // deadlines, lost runs, protected set upkeep
 	defaultLiveness  = 10 * time.Second // a replica silent this long is dead
 	defaultLossHold  = 10 * time.Second // degraded at least this long after a loss
+	defaultSlowHold  = 10 * time.Second // degraded at least this long after a slow answer
 	recoveringTTL    = time.Minute      // bounds the recovering flag of a replica that died writing back
 	reservationTTL   = time.Minute      // a hold reserved and never recorded is released after this
 )
@@ -86,6 +89,11 @@ type Options struct {
 	// held approvals, pending calls and the threads listing them are kept
 	// apart from the LRU, never evicted, up to CacheSize entries.
 	CacheSize int
+	// CacheBytes bounds the estimated bytes of the records and threads the
+	// LRU holds, together (default 256 MiB): past it the least recently
+	// used are evicted, whatever their count. It also bounds the bytes of
+	// the writes queued for Redis.
+	CacheBytes int64
 	// ProtectedBytes bounds the protected set's estimated size (default
 	// 256 MiB). When the set is full (CacheSize entries or ProtectedBytes),
 	// new holds are refused (ReserveHold).
@@ -94,11 +102,16 @@ type Options struct {
 	// their last write (default 7 days); a record with a deadline lives until
 	// TTL after it.
 	TTL time.Duration
-	// QueueSize is how many writes (records and threads, one per key) are
-	// kept while Redis is unreachable (default 100_000). Beyond it the least
-	// recently written are dropped and counted in
+	// QueueSize is how many writes (records and threads, one per key) may
+	// wait for Redis (default 100_000), besides CacheBytes of them. Beyond
+	// either the least recently written are dropped and counted in
 	// aguard_state_queue_dropped_total.
 	QueueSize int
+	// RedisTimeout is how long RecordSync's callers are meant to wait for
+	// Redis (the proxy gives a RUN_FINISHED's write that long), and the
+	// answer time past which Redis is reported slow: degraded (Ready),
+	// logged, counted in aguard_state_redis_slow_total (default 250ms).
+	RedisTimeout time.Duration
 	// Logger receives outage, loss, recovery and drop reports (default:
 	// discard).
 	Logger *slog.Logger
@@ -115,7 +128,7 @@ type Options struct {
 	Hooks []redis.Hook
 
 	// Intervals, for tests; zero takes the defaults above.
-	heartbeat, sweep, liveness, lossHold time.Duration
+	heartbeat, sweep, liveness, lossHold, slowHold time.Duration
 }
 
 // Filter selects records for ListCalls; empty fields match everything.
@@ -154,6 +167,9 @@ type Store struct {
 	cacheMu sync.Mutex // orders version-checked updates of calls, recent and prot
 	calls   *lru.Cache[Ref, *callEntry]
 	threads *lru.Cache[string, *threadEntry]
+	// lruBytes is the estimated size of what calls and threads hold,
+	// bounded by Options.CacheBytes; guarded by cacheMu.
+	lruBytes int64
 	// recent holds, per record, the highest version announced by another
 	// Store's invalidation (bounded; guarded by cacheMu). A record read
 	// from Redis at a lower version than that is stale.
@@ -189,6 +205,7 @@ type Store struct {
 
 	loss lossState   // see loss.go
 	runs runRegistry // see runs.go
+	slow slowState   // see slow.go
 
 	kick      chan struct{} // wakes the writer
 	check     chan struct{} // wakes the monitor (a loss suspected, Redis back)
@@ -220,6 +237,12 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.QueueSize <= 0 {
 		opt.QueueSize = defaultQueueSize
 	}
+	if opt.CacheBytes <= 0 {
+		opt.CacheBytes = defaultCacheBytes
+	}
+	if opt.RedisTimeout <= 0 {
+		opt.RedisTimeout = defaultRedisTimeout
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -237,6 +260,9 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	if opt.lossHold <= 0 {
 		opt.lossHold = defaultLossHold
+	}
+	if opt.slowHold <= 0 {
+		opt.slowHold = defaultSlowHold
 	}
 	var rc *redisClients
 	if opt.RedisURL != "" {
@@ -257,14 +283,6 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		}
 		return nil, err
 	}
-	calls, err := lru.New[Ref, *callEntry](opt.CacheSize)
-	if err != nil {
-		return nil, fmt.Errorf("state: cache size %d: %w", opt.CacheSize, err)
-	}
-	threads, err := lru.New[string, *threadEntry](opt.CacheSize)
-	if err != nil {
-		return nil, fmt.Errorf("state: cache size %d: %w", opt.CacheSize, err)
-	}
 	recent, err := lru.New[Ref, int64](recentInvalidations)
 	if err != nil {
 		return nil, fmt.Errorf("state: invalidation memory: %w", err)
@@ -276,18 +294,25 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		log:      opt.Logger.With("component", "state"),
 		met:      met,
 		now:      opt.Now,
-		calls:    calls,
-		threads:  threads,
 		recent:   recent,
 		prot:     newProtectedSet(opt.CacheSize, opt.ProtectedBytes),
 		origin:   hex.EncodeToString(id[:]),
-		q:        newQueue(opt.QueueSize),
+		q:        newQueue(opt.QueueSize, opt.CacheBytes),
 		progress: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		check:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}
+	// Evictions (and removals) happen under cacheMu: the callbacks keep
+	// lruBytes (cache.go).
+	if s.calls, err = lru.NewWithEvict(opt.CacheSize, func(_ Ref, e *callEntry) { s.lruBytes -= e.call.size() }); err != nil {
+		return nil, fmt.Errorf("state: cache size %d: %w", opt.CacheSize, err)
+	}
+	if s.threads, err = lru.NewWithEvict(opt.CacheSize, func(_ string, e *threadEntry) { s.lruBytes -= e.t.size() }); err != nil {
+		return nil, fmt.Errorf("state: cache size %d: %w", opt.CacheSize, err)
+	}
 	s.runs.init()
+	s.slow.init()
 	s.met.protectedMax.Set(float64(opt.CacheSize))
 	if rc == nil {
 		s.wg.Add(1)
@@ -298,6 +323,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	s.scripts = newScripts()
 	s.rdb, s.bulk, s.cluster = rc.rdb, rc.bulk, rc.cluster
 	s.ks = newKeyspace(rc.cluster)
+	s.rdb.AddHook(slowHook{s}) // the bulk client's round trips grow with their size: not timed
 	for _, h := range opt.Hooks {
 		s.rdb.AddHook(h)
 		s.bulk.AddHook(h)
@@ -325,9 +351,10 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 
 // Ready reports whether the Store can serve, which it always can: ok is
 // true, and reason is "degraded: …" while Redis does not answer (reads then
-// come from memory and writes are queued), and for at least 10 s after
-// Redis lost data and until this replica has written back what it holds;
-// empty otherwise. The proxy's /readyz shows the reason with a 200.
+// come from memory and writes are queued), while it answers slower than
+// Options.RedisTimeout and for 10 s after it last did (slow.go), and for at
+// least 10 s after Redis lost data and until this replica has written back
+// what it holds; empty otherwise. The proxy's /readyz shows the reason with a 200.
 func (s *Store) Ready() (ok bool, reason string) {
 	s.mu.Lock()
 	err := s.downErr
@@ -337,6 +364,9 @@ func (s *Store) Ready() (ok bool, reason string) {
 		reasons = append(reasons, "degraded: redis unreachable: "+err.Error())
 	}
 	if r := s.lossReason(); r != "" {
+		reasons = append(reasons, "degraded: "+r)
+	}
+	if r := s.slowReason(); r != "" && err == nil {
 		reasons = append(reasons, "degraded: "+r)
 	}
 	return true, strings.Join(reasons, "; ")

@@ -193,6 +193,14 @@ func (s *Store) endLostRun(ctx context.Context, r RunRef, dead string, now time.
 // and keeps what Redis has now; one absent from Redis is a loss.
 func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+	s.mu.Lock()
+	mark := s.q.seq
+	for _, r := range refs {
+		if it, ok := s.q.get(callKey(r)); ok {
+			mark = min(mark, it.seq-1) // in flight during the read
+		}
+	}
+	s.mu.Unlock()
 	readAt := time.Now()
 	stored, err := s.readCalls(ctx, refs)
 	if err != nil {
@@ -202,6 +210,8 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 		switch {
 		case s.queued(callKey(refs[i])) != nil:
 			continue // memory holds a newer write
+		case sc.call == nil && s.writtenSince(refs[i], mark):
+			continue // its write was in flight
 		case sc.call == nil:
 			s.suspectLoss(readAt)
 			continue
@@ -229,6 +239,15 @@ func (s *Store) refresh(ctx context.Context, refs []Ref, threads []string) {
 		}
 		s.cacheMu.Unlock()
 	}
+}
+
+// writtenSince reports whether memory holds a write of r queued after the
+// queue's sequence mark.
+func (s *Store) writtenSince(r Ref, mark uint64) bool {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	e, ok := s.peekCallLocked(r)
+	return ok && e.wseq > mark
 }
 
 // settled clears the stale mark of a protected record Redis holds at ver,

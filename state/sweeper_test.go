@@ -136,7 +136,7 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 	other := openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
 	ctx := context.Background()
 	run := RunRef{ThreadID: "thread-k", RunID: "run-1"}
-	dead.RunStarted(ctx, run)
+	dead.RunStarted(run)
 	open1 := newCall("streaming", "thread-k", StatusPending, t0)
 	open2 := newCall("agent-side", "thread-k", StatusExecuting, t0)
 	done := newCall("done", "thread-k", StatusCompleted, t0)
@@ -145,6 +145,9 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 	for _, c := range []*ToolCall{open1, open2, done, later} {
 		mustPut(t, dead, c)
 	}
+	// The registration and the records are written behind: what a killed
+	// replica had not written yet is gone with it.
+	await.For(t, "the replica's writes to reach Redis", func() bool { return dead.qlen.Load() == 0 })
 	link.Cut() // the replica is gone: no heartbeat, no stream end
 
 	await.For(t, "the lost run's calls to end", func() bool { return len(e.list()) == 2 })

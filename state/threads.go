@@ -27,7 +27,8 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 		s.met.cacheMisses.Inc()
 		return &Thread{ID: id}, nil
 	}
-	if it := s.queued(threadKey(id)); it != nil {
+	it, mark := s.queuedAt(threadKey(id))
+	if it != nil {
 		s.met.cacheHits.Inc()
 		return it.thread.clone(), nil
 	}
@@ -37,7 +38,7 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 		t, ver, err := s.readThread(ctx, id)
 		switch {
 		case err == nil && t == nil:
-			return s.absentThread(id, s.inLossWindow(), readAt)
+			return s.absentThread(id, s.inLossWindow(), readAt, mark)
 		case err == nil:
 			s.cacheThreadRead(t, ver)
 			return t.clone(), nil
@@ -53,11 +54,19 @@ func (s *Store) GetThread(ctx context.Context, id string) (*Thread, error) {
 	return nil, fmt.Errorf("state: get thread %q: %w", id, s.downError())
 }
 
-// absentThread answers for a thread Redis did not have when read at readAt.
-// window reports that Redis lost data recently (this replica's loss window,
-// or another replica writing back).
-func (s *Store) absentThread(id string, window bool, readAt time.Time) (*Thread, error) {
+// absentThread answers for a thread Redis did not have when read at readAt,
+// the queue at sequence mark when the read began. window reports that
+// Redis lost data recently (this replica's loss window, or another replica
+// writing back). A copy written since mark is in flight, not lost.
+func (s *Store) absentThread(id string, window bool, readAt time.Time, mark uint64) (*Thread, error) {
+	if it := s.queued(threadKey(id)); it != nil {
+		return it.thread.clone(), nil
+	}
 	s.cacheMu.Lock()
+	if e, ok := s.peekThreadLocked(id); ok && e.wseq > mark {
+		s.cacheMu.Unlock()
+		return e.t.clone(), nil
+	}
 	p, protected := s.prot.threads[id]
 	var mem *Thread
 	if protected && s.now().Before(p.until) { // else its keys expired: no loss
@@ -85,19 +94,20 @@ func (s *Store) PutThread(ctx context.Context, t *Thread) error {
 	if err != nil {
 		return err
 	}
-	s.cacheThread(n, 0)
 	if s.rdb == nil {
+		s.cacheThread(n, 0)
 		s.met.writes.WithLabelValues(writeMemory).Inc()
 		return nil
 	}
 	if !s.direct() {
-		s.enqueue([]*item{{thread: n}}, nil)
+		s.writeBehind([]*item{{thread: n}}, nil)
 		return nil
 	}
+	s.cacheThread(n, 0)
 	res, err := s.runWrites(ctx, "w", groupWrites(nil, []*Thread{n}))
 	if err != nil {
 		s.writeFailed(ctx, err)
-		s.enqueue([]*item{{thread: n}}, nil)
+		s.writeBehind([]*item{{thread: n}}, nil)
 		return nil
 	}
 	s.met.writes.WithLabelValues(writeRedis).Inc()

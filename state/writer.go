@@ -9,10 +9,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The writer: while Redis is unreachable, writes go to a bounded queue
-// (queue.go), and one goroutine PINGs Redis with backoff and, once it
-// answers, drains the queue in order of last write, one thread's items per
-// atomic script call, before new writes go straight to Redis again.
+// The writer: writes made behind their caller (Record, RecordSync, and
+// every write while Redis is unreachable) go to a bounded queue (queue.go),
+// and one goroutine drains it in order of last write, a batch per round
+// trip (one thread's items per atomic script call, registry changes around
+// them). While Redis is unreachable it PINGs with backoff instead, and
+// drains once Redis answers.
 
 // direct reports whether a write may go straight to Redis: Redis is up and
 // nothing is queued ahead of it (per-key order must hold).
@@ -27,6 +29,27 @@ func (s *Store) queued(key string) *item {
 	defer s.mu.Unlock()
 	it, _ := s.q.get(key)
 	return it
+}
+
+// queuedAt returns the queued item for key (or nil), and the queue's
+// sequence at that moment: a memory entry written with a higher sequence
+// (callEntry.wseq) was queued after the look.
+func (s *Store) queuedAt(key string) (*item, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	it, _ := s.q.get(key)
+	return it, s.q.seq
+}
+
+// writeBehind queues items (attaching w to each, if set) and puts the
+// records and threads among them in memory as local writes. Queuing comes
+// first, so that a record in memory that Redis lacks is always queued or
+// acknowledged: never taken for a loss while its write is in flight.
+func (s *Store) writeBehind(items []*item, w *waiter) {
+	s.enqueue(items, w)
+	for _, it := range items {
+		s.cacheQueued(it)
+	}
 }
 
 // waitUnqueued waits until nothing is queued for key, Redis goes down, or
@@ -66,7 +89,7 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 			dw.finish(true)
 		}
 	}
-	n := s.q.len()
+	n, bytes := s.q.len(), s.q.bytes
 	s.qlen.Store(int64(n))
 	logDrop := len(dropped) > 0 && !s.dropping
 	s.dropping = s.dropping || len(dropped) > 0
@@ -74,12 +97,19 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 
 	s.met.writes.WithLabelValues(writeQueued).Add(float64(len(items)))
 	s.met.queueDepth.Set(float64(n))
+	s.met.queueBytes.Set(float64(bytes))
 	if len(dropped) > 0 {
 		s.met.dropped.Add(float64(len(dropped)))
+		for _, d := range dropped {
+			if d.run != nil {
+				s.markRunsDirty() // the next heartbeat rewrites the registry whole
+				break
+			}
+		}
 	}
 	if logDrop {
 		s.log.Error("redis write queue is full; dropping the oldest writes until it drains",
-			"queue_size", s.opt.QueueSize, "first_dropped", dropped[0].key())
+			"queue_size", s.opt.QueueSize, "queue_bytes", s.opt.CacheBytes, "first_dropped", dropped[0].key())
 	}
 	s.wakeWriter()
 }
@@ -249,20 +279,41 @@ func (s *Store) drain(ctx context.Context, batch []*item) error {
 	return nil
 }
 
-// writeItems writes queued items, one atomic write per thread, in one round
-// trip; it returns the version Redis gave each item, in order.
+// writeItems writes queued items in one round trip (on a Redis Cluster, up
+// to three: see runWritesAround): the runs registered first, then one
+// atomic write per thread, then the runs withdrawn (so a run is registered
+// before any of its records is written, and withdrawn after its last). It returns the version Redis gave each record and
+// thread, in order (0 for registry changes).
 func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) {
 	var calls []callWrite
 	var threads []*Thread
+	var started []any
+	var ended []string
 	for _, it := range batch {
-		if it.call != nil {
+		switch {
+		case it.call != nil:
 			calls = append(calls, callWrite{it.call, -1})
-		} else {
+		case it.thread != nil:
 			threads = append(threads, it.thread)
+		case it.run.live:
+			started = append(started, runMember(it.run.ref), "live")
+		default:
+			ended = append(ended, runMember(it.run.ref))
 		}
 	}
+	key := s.ks.runsKey(s.origin)
+	var before, after func(redis.Pipeliner)
+	if len(started) > 0 {
+		before = func(p redis.Pipeliner) {
+			p.HSet(ctx, key, started...)
+			p.PExpire(ctx, key, s.opt.TTL)
+		}
+	}
+	if len(ended) > 0 {
+		after = func(p redis.Pipeliner) { p.HDel(ctx, key, ended...) }
+	}
 	groups := groupWrites(calls, threads)
-	res, err := s.runWrites(ctx, "w", groups)
+	res, err := s.runWritesAround(ctx, s.rdb, 0, "w", groups, before, after)
 	if err != nil {
 		return nil, err
 	}
@@ -278,9 +329,10 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) 
 	}
 	out := make([]int64, len(batch))
 	for i, it := range batch {
-		if it.call != nil {
+		switch {
+		case it.call != nil:
 			out[i] = callVer[it.call]
-		} else {
+		case it.thread != nil:
 			out[i] = threadVer[it.thread]
 		}
 	}
@@ -301,7 +353,7 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 			}
 		}
 	}
-	n := s.q.len()
+	n, bytes := s.q.len(), s.q.bytes
 	s.qlen.Store(int64(n))
 	if n == 0 {
 		s.dropping = false
@@ -310,6 +362,7 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	s.mu.Unlock()
 
 	s.met.queueDepth.Set(float64(n))
+	s.met.queueBytes.Set(float64(bytes))
 	if dropped {
 		s.met.dropped.Add(float64(acked))
 		return
@@ -318,14 +371,15 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
 	for i, it := range batch {
-		if it.call != nil {
+		switch {
+		case it.call != nil:
 			if e, ok := s.peekCallLocked(RefOf(it.call)); ok && e.call == it.call {
-				s.placeCallLocked(&callEntry{call: it.call, ver: vers[i], epoch: e.epoch}, true)
+				s.placeCallLocked(&callEntry{call: it.call, ver: vers[i], epoch: e.epoch, wseq: e.wseq}, true)
 			}
-			continue
-		}
-		if e, ok := s.peekThreadLocked(it.thread.ID); ok && e.t == it.thread {
-			s.cacheThreadLocked(it.thread, vers[i], true)
+		case it.thread != nil:
+			if e, ok := s.peekThreadLocked(it.thread.ID); ok && e.t == it.thread {
+				s.cacheThreadEntryLocked(&threadEntry{t: it.thread, ver: vers[i], wseq: e.wseq}, true)
+			}
 		}
 	}
 }
