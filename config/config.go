@@ -44,7 +44,9 @@ type Config struct {
 	ApprovalTimeout     time.Duration
 	Redis               string
 	RedisMode           string
+	RedisTimeout        time.Duration
 	LedgerCache         int
+	LedgerCacheBytes    int64
 	LedgerProtected     int64
 	ClientToolTimeout   time.Duration
 	Webhooks            []string
@@ -174,6 +176,13 @@ var Flags = []Flag{
 			}
 			return fmt.Errorf("want single, sentinel or cluster, got %q", v)
 		}},
+	{"redis-timeout", "250ms", "how long a RUN_FINISHED waits for Redis to acknowledge its write (the pending calls it announces) before it goes out with the write queued; other events never wait for Redis. Redis answering slower than this is reported degraded on /readyz, logged and counted",
+		func(c *Config, v string) (err error) {
+			if c.RedisTimeout, err = parseDuration(v); err == nil && c.RedisTimeout <= 0 {
+				err = fmt.Errorf("want a positive duration, got %q", v)
+			}
+			return err
+		}},
 	{"ledger-cache", "100000", "tool-call records the ledger keeps in memory, and as many threads; past it the oldest are evicted (read back from Redis when needed; gone without --redis). Held approvals and pending calls are kept apart, never evicted, up to as many again",
 		func(c *Config, v string) error {
 			n, err := strconv.Atoi(v)
@@ -182,6 +191,15 @@ var Flags = []Flag{
 			}
 			c.LedgerCache = n
 			return nil
+		}},
+	{"ledger-cache-bytes", "256MiB", "bytes of tool-call records and threads the ledger keeps in memory, beside --ledger-cache (count); past it the least recently used are evicted. Also bounds the ledger writes waiting for Redis (besides 100000 of them)",
+		func(c *Config, v string) error {
+			n, err := ParseSize(v)
+			if err == nil && n == 0 {
+				err = fmt.Errorf("want a positive size, got %q", v)
+			}
+			c.LedgerCacheBytes = n
+			return err
 		}},
 	{"ledger-protected-bytes", "256MiB", "bytes of held approvals, pending calls and the threads listing them that the ledger keeps in memory, never evicted (at most --ledger-cache of them); when full, new holds for approval are denied",
 		func(c *Config, v string) error {

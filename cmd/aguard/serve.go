@@ -122,7 +122,8 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	// (approvals past their deadline, calls of runs lost with a replica)
 	// get their webhook like any other.
 	store, err := state.Open(ctx, state.Options{
-		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, CacheSize: cfg.LedgerCache, ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
+		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, RedisTimeout: cfg.RedisTimeout, CacheSize: cfg.LedgerCache, CacheBytes: cfg.LedgerCacheBytes,
+		ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
 		OnEnd: func(c *state.ToolCall) { hooks.Notify(state.CallEnded, c) },
 	})
 	if err != nil {
