@@ -1,13 +1,13 @@
 package admin
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/aguard/aguard/state"
@@ -33,17 +33,21 @@ type APIOptions struct {
 // token check (Options.API):
 //
 //	GET  /v1/tool-calls/{id}?threadId=
-//	GET  /v1/tool-calls?threadId=&status=&requestedBy=
-//	GET  /v1/approvals?requestedBy=
+//	GET  /v1/tool-calls?threadId=&status=&requestedBy=&limit=&cursor=
+//	GET  /v1/approvals?requestedBy=&limit=&cursor=
 //	POST /v1/tool-calls/{id}/approve?threadId=   {"reason":"…","threadId":"…","argumentsDigest":"…"}
 //	POST /v1/tool-calls/{id}/reject?threadId=    {"reason":"…","threadId":"…"}
-//	GET  /v1/client-tools/pending?threadId=&requestedBy=
+//	GET  /v1/client-tools/pending?threadId=&requestedBy=&limit=&cursor=
 //	GET  /v1/whoami
 //
 // The reviewer is the one the token names (requireReviewer): approvedBy is
 // their name, whatever the body says. An approval that names an
 // argumentsDigest is refused (409 arguments_changed) unless it is the
 // call's. Every decision, whatever its result, writes an audit line.
+//
+// Lists are paged (state.ListPage): limit records (default 100, at most
+// 1000) in the order of thread, then id, and nextCursor, which the next
+// page's cursor continues from; it is empty on the last page.
 //
 // A record is identified by its thread and its id: agents number calls per
 // run, so two threads may hold the same id. On the /v1/tool-calls/{id} paths
@@ -81,8 +85,11 @@ func API(opt APIOptions) http.Handler {
 
 type api struct{ opt APIOptions }
 
+// callList is a page of a list: its records, and the cursor of the next
+// page (empty on the last).
 type callList struct {
-	ToolCalls []*state.ToolCall `json:"toolCalls"`
+	ToolCalls  []*state.ToolCall `json:"toolCalls"`
+	NextCursor string            `json:"nextCursor"`
 }
 
 // apiError is an error answer: its status, code, message and more
@@ -161,13 +168,13 @@ func (a *api) listCalls(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Status = st
 	}
-	a.list(w, r.Context(), f, func(*state.ToolCall) bool { return true })
+	a.list(w, r, f, nil)
 }
 
 // approvals lists the calls awaiting a decision that can still be decided.
 func (a *api) approvals(w http.ResponseWriter, r *http.Request) {
 	now := a.opt.Now()
-	a.list(w, r.Context(), state.Filter{Status: state.StatusRequiresConfirmation, RequestedBy: r.URL.Query().Get("requestedBy")}, func(c *state.ToolCall) bool {
+	a.list(w, r, state.Filter{Status: state.StatusRequiresConfirmation, RequestedBy: r.URL.Query().Get("requestedBy")}, func(c *state.ToolCall) bool {
 		return c.Approved == nil && (c.RequiresApprovalAt == nil || !now.After(*c.RequiresApprovalAt))
 	})
 }
@@ -175,23 +182,37 @@ func (a *api) approvals(w http.ResponseWriter, r *http.Request) {
 // pendingClientTools lists the frontend calls dispatched to the application
 // and not answered yet.
 func (a *api) pendingClientTools(w http.ResponseWriter, r *http.Request) {
-	a.list(w, r.Context(), state.Filter{ThreadID: r.URL.Query().Get("threadId"), Status: state.StatusExecuting, RequestedBy: r.URL.Query().Get("requestedBy")},
+	a.list(w, r, state.Filter{ThreadID: r.URL.Query().Get("threadId"), Status: state.StatusExecuting, RequestedBy: r.URL.Query().Get("requestedBy")},
 		func(c *state.ToolCall) bool { return c.IsClientTool })
 }
 
-func (a *api) list(w http.ResponseWriter, ctx context.Context, f state.Filter, keep func(*state.ToolCall) bool) {
-	calls, err := a.opt.Store.ListCalls(ctx, f)
+// list answers one page of the records f and keep (nil: all) select:
+// ?limit= records (default 100, at most 1000) after ?cursor= (a previous
+// page's nextCursor).
+func (a *api) list(w http.ResponseWriter, r *http.Request, f state.Filter, keep func(*state.ToolCall) bool) {
+	q := r.URL.Query()
+	page := state.Page{Cursor: q.Get("cursor"), Keep: keep}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > state.MaxPageLimit {
+			WriteError(w, http.StatusBadRequest, "invalid_request", fmt.Sprintf("limit %.32q: want a number from 1 to %d", v, state.MaxPageLimit))
+			return
+		}
+		page.Limit = n
+	}
+	calls, next, err := a.opt.Store.ListPage(r.Context(), f, page)
+	if errors.Is(err, state.ErrCursor) {
+		WriteError(w, http.StatusBadRequest, "invalid_request", "cursor: not one this API gave: start again without it")
+		return
+	}
 	if err != nil {
 		storeError(err, state.Ref{}).write(w)
 		return
 	}
-	out := callList{ToolCalls: []*state.ToolCall{}}
-	for _, c := range calls {
-		if keep(c) {
-			out.ToolCalls = append(out.ToolCalls, c)
-		}
+	if calls == nil {
+		calls = []*state.ToolCall{}
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, callList{ToolCalls: calls, NextCursor: next})
 }
 
 // decision is the body of approve and reject.

@@ -3,8 +3,10 @@ package admin
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -186,6 +188,86 @@ func TestConcurrentDecisionsAcrossReplicas(t *testing.T) {
 		c, _ := b.GetCall(context.Background(), state.Ref{ID: id})
 		if (codes[0] == 200) != (c.Status == state.StatusExecuting) {
 			t.Fatalf("round %d: the record (%s) does not match the winner %v", round, c.Status, codes)
+		}
+	}
+}
+
+// TestListsArePagedWithLimitAndCursor lists 2,500 records through the API:
+// 100 a page by default, ?limit= up to 1000, each page's nextCursor
+// continuing where it stopped until it is empty, every record exactly once;
+// a limit out of range or a cursor the API did not give is 400.
+func TestListsArePagedWithLimitAndCursor(t *testing.T) {
+	const n = 2500
+	store := newStore(t, "")
+	calls := make([]*state.ToolCall, n)
+	for i := range calls {
+		calls[i] = &state.ToolCall{ID: fmt.Sprintf("c%04d", i), Name: "lookup", Status: state.StatusExecuting,
+			IsClientTool: i%2 == 0, ThreadID: fmt.Sprintf("t%02d", i%25), ArgumentsJSON: json.RawMessage(`{}`)}
+	}
+	if err := store.Record(calls, nil); err != nil {
+		t.Fatal(err)
+	}
+	h := Handler(Options{Token: "tok", API: API(APIOptions{Store: store})})
+
+	type page struct {
+		ToolCalls  []state.ToolCall
+		NextCursor *string
+	}
+	list := func(path string) page {
+		t.Helper()
+		status, body := call(t, h, "GET", path, "")
+		if status != 200 {
+			t.Fatalf("GET %s: %d %s", path, status, body)
+		}
+		var p page
+		if err := json.Unmarshal([]byte(body), &p); err != nil || p.NextCursor == nil {
+			t.Fatalf("GET %s: %v, nextCursor missing: %.200s", path, err, body)
+		}
+		return p
+	}
+	if p := list("/v1/tool-calls"); len(p.ToolCalls) != 100 || *p.NextCursor == "" {
+		t.Fatalf("first page by default: %d records, nextCursor %q; want 100 and a cursor", len(p.ToolCalls), *p.NextCursor)
+	}
+	for _, tt := range []struct {
+		path  string
+		limit int
+		want  int
+	}{
+		{"/v1/tool-calls", 1000, n},
+		{"/v1/tool-calls?threadId=t07", 7, n / 25},
+		{"/v1/client-tools/pending", 300, n / 2},
+	} {
+		seen := map[string]bool{}
+		cursor, pages := "", 0
+		for {
+			sep := "?"
+			if strings.Contains(tt.path, "?") {
+				sep = "&"
+			}
+			p := list(fmt.Sprintf("%s%slimit=%d&cursor=%s", tt.path, sep, tt.limit, url.QueryEscape(cursor)))
+			pages++
+			if len(p.ToolCalls) > tt.limit {
+				t.Fatalf("%s: page of %d records, limit %d", tt.path, len(p.ToolCalls), tt.limit)
+			}
+			for _, c := range p.ToolCalls {
+				k := c.ThreadID + "/" + c.ID
+				if seen[k] {
+					t.Fatalf("%s: %s listed twice", tt.path, k)
+				}
+				seen[k] = true
+			}
+			if cursor = *p.NextCursor; cursor == "" {
+				break
+			}
+		}
+		if len(seen) != tt.want || pages != (tt.want+tt.limit-1)/tt.limit {
+			t.Errorf("%s: %d records in %d pages of %d; want %d", tt.path, len(seen), pages, tt.limit, tt.want)
+		}
+	}
+	for _, path := range []string{"/v1/tool-calls?limit=0", "/v1/tool-calls?limit=1001", "/v1/approvals?limit=x",
+		"/v1/tool-calls?cursor=bm90IGEgY3Vyc29y"} {
+		if status, body := call(t, h, "GET", path, ""); status != 400 || !strings.Contains(body, `"invalid_request"`) {
+			t.Errorf("GET %s: %d %s; want 400 invalid_request", path, status, body)
 		}
 	}
 }

@@ -13,42 +13,21 @@ import (
 // master holds their slot: a list reads every shard's index in one
 // pipeline, which go-redis sends to each master at once, so a list costs
 // one round trip (in parallel) and what it returns, not a SCAN of every
-// key of every master.
+// key of every master. Pages of a list (page.go) read the same members.
 
 // listRedis returns the records indexed under f, filtered by f.
 func (s *Store) listRedis(ctx context.Context, f Filter) ([]*ToolCall, error) {
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	var refs []Ref
-	if f.ThreadID != "" {
-		ids, err := s.rdb.ZRangeByScore(ctx, threadCallsKey(f.ThreadID), &redis.ZRangeBy{Min: now, Max: "+inf"}).Result()
+	members, err := s.listMembers(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	refs := make([]Ref, 0, len(members))
+	for _, m := range members {
+		r, err := parseMember(m)
 		if err != nil {
 			return nil, err
 		}
-		for _, id := range ids {
-			refs = append(refs, Ref{f.ThreadID, id})
-		}
-	} else {
-		statuses := statusByNumber[1:]
-		if f.Status != "" {
-			statuses = []Status{f.Status}
-		}
-		var sets []string
-		for _, shard := range s.ks.shards {
-			for _, st := range statuses {
-				sets = append(sets, s.ks.statusKey(shard, st))
-			}
-		}
-		members, err := s.indexMembers(ctx, sets, &redis.ZRangeBy{Min: now, Max: "+inf"})
-		if err != nil {
-			return nil, err
-		}
-		for _, m := range members {
-			r, err := parseMember(m)
-			if err != nil {
-				return nil, err
-			}
-			refs = append(refs, r)
-		}
+		refs = append(refs, r)
 	}
 	stored, err := s.readCalls(ctx, refs)
 	if err != nil {
@@ -61,6 +40,36 @@ func (s *Store) listRedis(ctx context.Context, f Filter) ([]*ToolCall, error) {
 		}
 	}
 	return out, nil
+}
+
+// listMembers returns the members of the index f selects, unexpired: the
+// thread's calls (from its ids), or else the status's, or every status's,
+// of every shard. They come in no useful order, and a member may come
+// twice (a record whose status index entry moved while it was read).
+func (s *Store) listMembers(ctx context.Context, f Filter) ([]string, error) {
+	by := &redis.ZRangeBy{Min: strconv.FormatInt(time.Now().UnixMilli(), 10), Max: "+inf"}
+	if f.ThreadID != "" {
+		ids, err := s.rdb.ZRangeByScore(ctx, threadCallsKey(f.ThreadID), by).Result()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = member(Ref{f.ThreadID, id})
+		}
+		return out, nil
+	}
+	statuses := statusByNumber[1:]
+	if f.Status != "" {
+		statuses = []Status{f.Status}
+	}
+	sets := make([]string, 0, len(s.ks.shards)*len(statuses))
+	for _, shard := range s.ks.shards {
+		for _, st := range statuses {
+			sets = append(sets, s.ks.statusKey(shard, st))
+		}
+	}
+	return s.indexMembers(ctx, sets, by)
 }
 
 // indexMembers reads the members of the sorted sets keys within by, in one

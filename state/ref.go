@@ -89,8 +89,23 @@ func callKey(r Ref) string { return threadPrefix(r.ThreadID) + "call:" + r.ID }
 // member is a Ref as it appears in the global indexes and invalidations: the
 // JSON array ["<thread>","<id>"].
 func member(r Ref) string {
+	if plainJSON(r.ThreadID) && plainJSON(r.ID) {
+		return `["` + r.ThreadID + `","` + r.ID + `"]` // what json.Marshal writes
+	}
 	b, _ := json.Marshal([2]string{r.ThreadID, r.ID})
 	return string(b)
+}
+
+// plainJSON reports whether json.Marshal writes s as it is, in quotes:
+// printable ASCII but for '"', '\\' and the HTML characters it escapes.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // parseMember decodes a member.
