@@ -4,10 +4,16 @@
 # RUN_FINISHED writes its pending calls to Redis), for DURATION seconds.
 # Every INTERVAL seconds it samples aguard's resident memory, goroutines, open
 # streams and ledger queue; at the end it reports errors and whether memory
-# and goroutines came back once the load stopped.
+# and goroutines came back once the load stopped. Then a slow-Redis phase:
+# SLOW_STREAMS streams for SLOW_SECONDS while Redis is paused (CLIENT PAUSE
+# PAUSE_MS ALL) every PAUSE_EVERY seconds; it reports the events' latency
+# (p99 must stay under the 250 ms --redis-timeout), what /readyz said, the
+# slow round trips and late RUN_FINISHED writes counted, and whether every
+# log line parsed as JSON.
 #
 #   bash bench/soak.sh                          # 10 minutes, 500 streams
 #   DURATION=60 STREAMS=100 bash bench/soak.sh  # a quick one
+#   SLOW_SECONDS=0 bash bench/soak.sh           # without the slow-Redis phase
 #   AGUARD_ARGS="--ledger-cache 10000" bash bench/soak.sh   # more flags for aguard serve
 #
 # Loopback only; every process it starts is stopped on exit. Needs
@@ -19,6 +25,10 @@ STREAMS=${STREAMS:-500}
 INTERVAL=${INTERVAL:-10}
 RATE=${RATE:-20}   # events per second per stream
 EVENTS=${EVENTS:-200} # events per run: runs end, and new ones start, all the time
+SLOW_STREAMS=${SLOW_STREAMS:-50}
+SLOW_SECONDS=${SLOW_SECONDS:-20}
+PAUSE_MS=${PAUSE_MS:-1900}
+PAUSE_EVERY=${PAUSE_EVERY:-2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/aguard-soak.XXXXXX)
 BIN=$WORK/bin
@@ -114,5 +124,45 @@ echo "- RSS before/after the load: $(( BASE_RSS / 1024 )) / $(( $(rss_kib) / 102
 echo "- protocol violations, upstream errors, ledger writes queued or dropped: $(metric_sum 'aguard_stream_notes_total{kind="violation"}') / $(metric_sum aguard_upstream_errors_total) / $(metric_sum 'aguard_state_writes_total{result="queued"}') / $(metric_sum aguard_state_queue_dropped_total)"
 if (( END_GOROUTINES > BASE_GOROUTINES + 10 )); then
 	die "goroutines did not come back after the load: $BASE_GOROUTINES before, $END_GOROUTINES after"
+fi
+
+# readyz: /readyz's body.
+readyz() {
+	exec 3<>"/dev/tcp/127.0.0.1/$ADMIN_PORT"
+	printf 'GET /readyz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
+	sed '1,/^\r$/d' <&3
+	exec 3<&-
+}
+if (( SLOW_SECONDS > 0 )); then
+	echo
+	log "slow Redis: $SLOW_STREAMS streams for ${SLOW_SECONDS}s, CLIENT PAUSE $PAUSE_MS every ${PAUSE_EVERY}s"
+	SLOW_BEFORE=$(metric_sum aguard_state_redis_slow_total)
+	LATE_BEFORE=$(metric_sum aguard_state_writes_late_total)
+	"$BIN/loadgen" -json -label slow-redis -thread-prefix slow-redis-thread- -url "http://127.0.0.1:$AGUARD_PORT/agent?events=$EVENTS&rate=$RATE&tools=2&args=1024&frontend=true" \
+		-streams "$SLOW_STREAMS" -ramp 1s -warmup 1s -duration "${SLOW_SECONDS}s" >"$WORK/slow.json" &
+	SLOW_PID=$!
+	PIDS+=("$SLOW_PID")
+	sleep 2
+	pauses=0 degraded=0
+	end=$(( $(date +%s) + SLOW_SECONDS - 2 ))
+	while (( $(date +%s) < end )); do
+		redis-cli -p "$REDIS_PORT" CLIENT PAUSE "$PAUSE_MS" ALL >/dev/null
+		pauses=$((pauses + 1))
+		sleep 0.5
+		readyz | grep -q 'redis slow' && degraded=$((degraded + 1))
+		sleep "$(awk -v e="$PAUSE_EVERY" 'BEGIN {print (e > 0.5 ? e - 0.5 : 0)}')"
+	done
+	wait "$SLOW_PID" || die "loadgen failed in the slow-Redis phase: $(cat "$WORK/slow.json")"
+	sleep 1
+	echo "slow-redis loadgen: $(tr -d '\n' <"$WORK/slow.json" | head -c 2000)"
+	echo
+	echo "- slow Redis: $pauses pauses of $PAUSE_MS ms; event latency ms: $(jq -r '.latency | "p50 \(.p50Ms) p99 \(.p99Ms) max \(.maxMs)"' "$WORK/slow.json"); errors: $(jq -c '.errors' "$WORK/slow.json")"
+	echo "- /readyz said \"redis slow\" $degraded of $pauses times; now: $(readyz | tr -d '\n')"
+	echo "- slow round trips counted: $(( $(metric_sum aguard_state_redis_slow_total) - SLOW_BEFORE )); RUN_FINISHED sent with its write queued: $(( $(metric_sum aguard_state_writes_late_total) - LATE_BEFORE )); \"redis slow\" log lines: $(grep -c '"msg":"redis slow"' "$WORK/aguard.log" || true)"
+	bad=$(jq -R -r 'try (fromjson | "ok") catch "bad"' "$WORK/aguard.log" | grep -c bad || true)
+	echo "- log lines that are not JSON: $bad of $(wc -l <"$WORK/aguard.log")"
+	p99=$(jq -r '.latency.p99Ms' "$WORK/slow.json")
+	awk -v p="$p99" 'BEGIN {exit !(p < 250)}' || die "p99 latency $p99 ms with Redis paused: over 250 ms"
+	(( bad == 0 )) || die "$bad log lines are not JSON"
 fi
 log "done"

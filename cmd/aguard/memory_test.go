@@ -119,10 +119,12 @@ func TestWebhookQueueBoundedInBytes(t *testing.T) {
 	bin := buildAguard(t)
 	agent := bigArgsAgent(argBytes)
 	defer agent.Close()
-	// The ledger keeps every record, arguments included, up to
-	// --ledger-cache records (its own budget, measured with the ledger):
-	// 16 of them here, so that what grows is what waits for the receiver.
-	a := startAguard(t, bin, "--upstream", agent.URL, "--webhook", deadURL(t), "--ledger-cache", "16")
+	// The webhook queue's budget at its default (64 MiB). The ledger keeps
+	// the answered records, arguments included, up to --ledger-cache-bytes
+	// (its own budget, 256 MiB by default: live, those two alone are 320
+	// MiB, past this test's bound once the collector's headroom is added):
+	// 16 MiB here, so that what grows is what waits for the receiver.
+	a := startAguard(t, bin, "--upstream", agent.URL, "--webhook", deadURL(t), "--ledger-cache-bytes", "16MiB")
 	pid := a.cmd.Process.Pid
 
 	runOnce(t, a.listen, "warm", "warm") // first-use allocations out of the figure
@@ -151,8 +153,9 @@ func TestWebhookQueueBoundedInBytes(t *testing.T) {
 	dropped := metric(t, a.admin, `aguard_webhook_deliveries_total{result="dropped"}`)
 	queued := metric(t, a.admin, `aguard_webhook_queue_depth`)
 	queuedBytes := metric(t, a.admin, `aguard_webhook_queue_bytes`)
-	t.Logf("RSS %.0f MiB before, %.0f MiB after %d calls of %d bytes of arguments (growth %.0f MiB, peak %.0f MiB); deliveries queued %.0f (%.1f MiB), dropped %.0f; heap in use %.0f MiB",
-		before, after, calls, argBytes, after-before, peak, queued, queuedBytes/(1<<20), dropped, metric(t, a.admin, "go_memstats_heap_inuse_bytes")/(1<<20))
+	t.Logf("RSS %.0f MiB before, %.0f MiB after %d calls of %d bytes of arguments (growth %.0f MiB, peak %.0f MiB); deliveries queued %.0f (%.1f MiB), dropped %.0f; ledger memory %.1f MiB; heap in use %.0f MiB",
+		before, after, calls, argBytes, after-before, peak, queued, queuedBytes/(1<<20), dropped,
+		metric(t, a.admin, "aguard_state_cache_bytes")/(1<<20), metric(t, a.admin, "go_memstats_heap_inuse_bytes")/(1<<20))
 	if growth := after - before; growth >= 320 {
 		t.Errorf("RSS grew by %.0f MiB with the receiver down; want under 320 MiB", growth)
 	}

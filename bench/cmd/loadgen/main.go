@@ -71,6 +71,7 @@ type options struct {
 	hold     time.Duration
 	ready    string
 	label    string
+	threads  string // threadId prefix
 	jsonOut  bool
 	watch    []watched
 	pause    time.Duration
@@ -93,6 +94,7 @@ func main() {
 	flag.DurationVar(&o.hold, "hold", 0, "idle mode: keep the streams open this long after sampling memory")
 	flag.StringVar(&o.ready, "ready-file", "", "idle mode: create this file once memory was sampled with the streams open")
 	flag.StringVar(&o.label, "label", "", "label carried into the output")
+	flag.StringVar(&o.threads, "thread-prefix", "loadgen-thread-", "threadId of run n is this prefix and n: another prefix keeps a second run of loadgen off the threads (and pending calls) of the first")
 	flag.BoolVar(&o.jsonOut, "json", false, "write the result as JSON instead of a table")
 	flag.DurationVar(&o.pause, "pause", 0, "stream mode: wait this long between a stream's runs")
 	flag.StringVar(&o.agent, "agent-stats", "", "agentsim's /stats URL (loopback only): count the connections the agent accepted and the runs it served")
@@ -364,7 +366,7 @@ func runBody(o *options, n int64) []byte {
 		}
 	}
 	in := map[string]any{
-		"threadId": "loadgen-thread-" + strconv.FormatInt(n, 10), "runId": "loadgen-run-" + strconv.FormatInt(n, 10),
+		"threadId": o.threads + strconv.FormatInt(n, 10), "runId": "loadgen-run-" + strconv.FormatInt(n, 10),
 		"messages": []any{map[string]any{"id": "u1", "role": "user", "content": "go"}},
 		"tools":    tools, "context": []any{}, "state": map[string]any{}, "forwardedProps": map[string]any{},
 	}
