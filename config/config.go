@@ -192,7 +192,7 @@ var Flags = []Flag{
 			c.LedgerCache = n
 			return nil
 		}},
-	{"ledger-cache-bytes", "256MiB", "bytes of tool-call records and threads the ledger keeps in memory, beside --ledger-cache (count); past it the least recently used are evicted. Also bounds the ledger writes waiting for Redis (besides 100000 of them)",
+	{"ledger-cache-bytes", "32MiB", "bytes of tool-call records and threads the ledger keeps in memory, beside --ledger-cache (count); past it the least recently used are evicted (read back from Redis when needed; gone without --redis)",
 		func(c *Config, v string) error {
 			n, err := ParseSize(v)
 			if err == nil && n == 0 {

@@ -146,7 +146,7 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 		}),
 		queueBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "aguard_state_queue_bytes",
-			Help: "Estimated bytes of the writes waiting for Redis.",
+			Help: "Estimated bytes of the writes waiting for Redis (bounded at 64 MiB).",
 		}),
 	}
 	for _, o := range []string{outcomeApproved, outcomeRejected, outcomeTimedOut} {

@@ -42,10 +42,11 @@ var errClosed = errors.New("state: store is closed")
 
 const (
 	defaultCacheSize      = 100_000
-	defaultCacheBytes     = 256 << 20
+	defaultCacheBytes     = 32 << 20
 	defaultProtectedBytes = 256 << 20
 	defaultTTL            = 7 * 24 * time.Hour
 	defaultQueueSize      = 100_000
+	defaultQueueBytes     = 64 << 20
 	defaultRedisTimeout   = 250 * time.Millisecond
 
 	minBackoff        = 25 * time.Millisecond // first retry after Redis failed
@@ -90,9 +91,8 @@ type Options struct {
 	// apart from the LRU, never evicted, up to CacheSize entries.
 	CacheSize int
 	// CacheBytes bounds the estimated bytes of the records and threads the
-	// LRU holds, together (default 256 MiB): past it the least recently
-	// used are evicted, whatever their count. It also bounds the bytes of
-	// the writes queued for Redis.
+	// LRU holds, together (default 32 MiB): past it the least recently
+	// used are evicted, whatever their count.
 	CacheBytes int64
 	// ProtectedBytes bounds the protected set's estimated size (default
 	// 256 MiB). When the set is full (CacheSize entries or ProtectedBytes),
@@ -103,10 +103,11 @@ type Options struct {
 	// TTL after it.
 	TTL time.Duration
 	// QueueSize is how many writes (records and threads, one per key) may
-	// wait for Redis (default 100_000), besides CacheBytes of them. Beyond
-	// either the least recently written are dropped and counted in
-	// aguard_state_queue_dropped_total.
-	QueueSize int
+	// wait for Redis (default 100_000), and QueueBytes their estimated
+	// bytes (default 64 MiB). Beyond either the least recently written are
+	// dropped and counted in aguard_state_queue_dropped_total.
+	QueueSize  int
+	QueueBytes int64
 	// RedisTimeout is how long RecordSync's callers are meant to wait for
 	// Redis (the proxy gives a RUN_FINISHED's write that long), and the
 	// answer time past which Redis is reported slow: degraded (Ready),
@@ -240,6 +241,9 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.CacheBytes <= 0 {
 		opt.CacheBytes = defaultCacheBytes
 	}
+	if opt.QueueBytes <= 0 {
+		opt.QueueBytes = defaultQueueBytes
+	}
 	if opt.RedisTimeout <= 0 {
 		opt.RedisTimeout = defaultRedisTimeout
 	}
@@ -297,7 +301,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		recent:   recent,
 		prot:     newProtectedSet(opt.CacheSize, opt.ProtectedBytes),
 		origin:   hex.EncodeToString(id[:]),
-		q:        newQueue(opt.QueueSize, opt.CacheBytes),
+		q:        newQueue(opt.QueueSize, opt.QueueBytes),
 		progress: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
 		check:    make(chan struct{}, 1),

@@ -109,7 +109,7 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 	}
 	if logDrop {
 		s.log.Error("redis write queue is full; dropping the oldest writes until it drains",
-			"queue_size", s.opt.QueueSize, "queue_bytes", s.opt.CacheBytes, "first_dropped", dropped[0].key())
+			"queue_size", s.opt.QueueSize, "queue_bytes", s.opt.QueueBytes, "first_dropped", dropped[0].key())
 	}
 	s.wakeWriter()
 }
