@@ -14,11 +14,14 @@
 // themselves. The package does not read streams or evaluate policies.
 //
 // The files, one idea each: store.go (the Store, its options, readiness),
-// ref.go (record identity, key names), calls.go and threads.go (reads and
-// writes), check.go (the request-side read and write, one round trip each),
-// cache.go and protect.go (memory), queue.go and writer.go (writes while
-// Redis is down), redis.go (scripts), subscriber.go (invalidations),
-// loss.go (loss detection and write-back), runs.go (runs registry),
+// client.go (the Redis clients of each --redis-mode), ref.go (record
+// identity, key names), calls.go and threads.go (reads and writes),
+// behind.go (writes behind the caller), check.go (the request-side read and
+// write, one round trip each), list.go and page.go (lists across the
+// ledger, and their pages), cache.go and protect.go (memory), queue.go and
+// writer.go (the queue of writes for Redis, and its writer), redis.go
+// (scripts), subscriber.go (invalidations), loss.go (loss detection and
+// write-back), slow.go (a Redis answering late), runs.go (runs registry),
 // sweeper.go (deadlines, lost runs, upkeep).
 //
 // # Identity
@@ -114,12 +117,13 @@
 // a write of valid input. On the first failed command the Store marks
 // itself degraded (Ready: "degraded: redis unreachable: …";
 // aguard_state_redis_up 0). Writes then go to memory and to a bounded queue
-// (latest write per key; past Options.QueueSize the oldest are dropped and
-// counted); reads come from memory (the last copy: "last known"), or fail
-// with ErrUnavailable when memory has nothing. One writer goroutine PINGs
-// with backoff and drains the queue in order once Redis answers. Replicas
-// do not see each other's writes meanwhile, and compare-and-set is atomic
-// only within one process.
+// (latest write per key; past Options.QueueSize writes or
+// Options.QueueBytes bytes the oldest are dropped and counted); reads come
+// from memory (the last copy: "last known"), or fail with ErrUnavailable
+// when memory has nothing. One writer goroutine PINGs with backoff and
+// drains the queue in order once Redis answers. Replicas do not see each
+// other's writes meanwhile, and compare-and-set is atomic only within one
+// process.
 //
 // # When Redis loses data
 //
