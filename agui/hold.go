@@ -81,6 +81,11 @@ type heldEvent struct {
 	c   *call
 	typ string
 	js  []byte // a copy; nil for a marker (a call replayed messages introduced)
+	// cid: the toolCallId of an event about a call the run had not started
+	// when it was queued (a TOOL_CALL_RESULT, a REASONING_ENCRYPTED_VALUE).
+	// Should that call be withheld before the event goes out, the event is
+	// the withheld call's, and is dropped.
+	cid string
 	// barrier: the event waits for every call held before it, and every
 	// event after it waits for it.
 	barrier bool
@@ -222,7 +227,7 @@ func (s *Stream) routeHeld(b *Batch, e *ev) {
 		s.hold.ghost = s.hold.ghost || closed
 	case c != nil && c.show == held:
 		s.hold.ghost = s.hold.ghost || closed
-		if !s.enqueue(b, c, e.typ, e.out, false, false) {
+		if !s.enqueue(b, c, e.typ, e.out, false, false, "") {
 			return // denied: over --max-held
 		}
 		if e.typ == tToolResult {
@@ -235,7 +240,7 @@ func (s *Stream) routeHeld(b *Batch, e *ev) {
 		// An answer to a call of an earlier run that the consumer never saw.
 	default:
 		if wait := s.waits(e); wait || s.hold.barrier {
-			s.enqueue(b, nil, e.typ, e.out, wait, false)
+			s.enqueue(b, nil, e.typ, e.out, wait, false, string(e.cid))
 			return
 		}
 		s.deliver(b, e.typ, e.out)
@@ -271,6 +276,11 @@ func (s *Stream) isWithheld(id []byte) bool {
 	return ok
 }
 
+func (s *Stream) withheldID(id string) bool {
+	_, ok := s.hold.withheld[id]
+	return ok
+}
+
 // put delivers one of aguard's own events: behind a waiting barrier, or to
 // the consumer now.
 func (s *Stream) put(b *Batch, typ string, js []byte) {
@@ -279,7 +289,7 @@ func (s *Stream) put(b *Batch, typ string, js []byte) {
 		return
 	}
 	if s.hold.barrier {
-		s.enqueue(b, nil, typ, js, false, true)
+		s.enqueue(b, nil, typ, js, false, true, "")
 		return
 	}
 	s.emit(b, typ, js)
@@ -309,8 +319,9 @@ func (s *Stream) deliver(b *Batch, typ string, js []byte) {
 // the call is denied instead; an event waiting behind a barrier (c == nil)
 // makes room by denying the calls held longest, and goes out at once if that
 // lets it. aguard's own events (own) are small, one or two per call, and
-// never deny anything.
-func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool) bool {
+// never deny anything. cid is the toolCallId of an event about a call the
+// run has not started (heldEvent.cid), or empty.
+func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool, cid string) bool {
 	cost := len(js) + heldEventBytes
 	over := func() bool {
 		return !own && (s.hold.bytes+cost > s.maxHeld() || len(s.hold.q) >= maxHeldEvents)
@@ -335,7 +346,7 @@ func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own boo
 	if s.done {
 		return false
 	}
-	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait})
+	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait, cid: cid})
 	s.hold.bytes += cost
 	if wait {
 		s.hold.barrier = true
@@ -441,6 +452,8 @@ func (s *Stream) flush(b *Batch) {
 			heldBefore = true
 		case h.c != nil && h.c.withheld():
 			continue
+		case h.cid != "" && s.withheldID(h.cid):
+			continue // about a call withheld since it was queued
 		case h.barrier && heldBefore:
 			blocked = true
 		default:

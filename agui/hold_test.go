@@ -525,3 +525,24 @@ func TestLargeSnapshotScrubbed(t *testing.T) {
 		snapshot(big, `{"id":"m1","role":"assistant","content":"hi","toolCalls":[{"id":"c2","type":"function","function":{"name":"other","arguments":"{}"}}]}`),
 		`{"type":"RUN_FINISHED","threadId":"t1","runId":"r1","outcome":{"type":"success","pendingToolCallIds":["c2"]}}`)
 }
+
+// TestAResultQueuedBeforeItsCallIsHiddenIsDropped: a result for a call not
+// yet started waits behind a snapshot held for another call; when that call
+// then starts and is hidden, the waiting result is the hidden call's, and
+// never reaches the consumer (found by FuzzStream).
+func TestAResultQueuedBeforeItsCallIsHiddenIsDropped(t *testing.T) {
+	d := &byName{start: map[string]string{"confirm": ActionHold, "shell": ActionHide}}
+	steps, _ := stepwise(t, mustInput(t, inputJSON), Options{Decider: d},
+		runStarted, confirmStart, snapshot(msgUser), shellResult, shellStart, shellArgs, shellEnd, confirmEnd, runFinished)
+	var out []string
+	for _, s := range steps {
+		out = append(out, s...)
+	}
+	all := strings.Join(out, "\n")
+	if strings.Contains(all, `"s1"`) {
+		t.Errorf("the consumer got an event of the hidden call s1:\n%s", all)
+	}
+	if !strings.Contains(all, confirmStart) || !strings.Contains(all, snapshot(msgUser)) {
+		t.Errorf("the held call and the snapshot behind it did not go out once allowed:\n%s", all)
+	}
+}
