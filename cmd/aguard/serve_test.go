@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/internal/await"
+	"github.com/aguard/aguard/internal/redistest"
 )
 
 var (
@@ -47,6 +48,7 @@ func buildAguard(t *testing.T) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	redistest.StopShared() // the Redis Cluster some tests share
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
