@@ -103,8 +103,18 @@ func (s *Store) ReadThread(ctx context.Context, thread string, ids []string) (*T
 	return v, nil
 }
 
-// readView is ReadThread's pipeline.
+// readView reads the thread and its records into v from a primary every
+// live replica has caught up with (primary.go).
 func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error {
+	return s.readFromPrimary(ctx, func() error {
+		v.Thread, v.FromMemory = nil, false
+		clear(v.calls)
+		return s.readViewOnce(ctx, v, ids)
+	})
+}
+
+// readViewOnce is ReadThread's pipeline.
+func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) error {
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
 	var tcmd *redis.SliceCmd
 	var mcmd, rcmd *redis.IntCmd

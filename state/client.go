@@ -118,8 +118,9 @@ func CheckRedisURL(mode, u string) error {
 
 // newRedisClients parses u as mode says, with go-redis's own parser, and
 // applies aguard's defaults: short timeouts and a single retry, since the
-// Store's queue does the retrying.
-func newRedisClients(mode, u string) (*redisClients, error) {
+// Store's queue does the retrying. onConnect (nil: none) runs on every new
+// connection to one Redis (single, sentinel), before it serves anything.
+func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn) error) (*redisClients, error) {
 	o, err := parseRedisURL(mode, u)
 	if err != nil {
 		return nil, err
@@ -133,6 +134,7 @@ func newRedisClients(mode, u string) (*redisClients, error) {
 		}
 		fo.DialerRetries = 1
 		fo.DisableIdentity = true
+		fo.OnConnect = onConnect
 		bo := *fo
 		bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
 		return &redisClients{rdb: redis.NewFailoverClient(fo), bulk: redis.NewFailoverClient(&bo), db: fo.DB}, nil
@@ -157,6 +159,7 @@ func newRedisClients(mode, u string) (*redisClients, error) {
 	ro.DialerRetries = 1      // go-redis would otherwise spend 5 dials and 400 ms per command on a dead server
 	ro.DisableIdentity = true // CLIENT SETINFO needs Redis 7.2
 	ro.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	ro.OnConnect = onConnect
 	bo := *ro
 	bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
 	return &redisClients{rdb: redis.NewClient(ro), bulk: redis.NewClient(&bo), db: ro.DB}, nil
@@ -209,7 +212,7 @@ func (s *Store) masterInfo(ctx context.Context) (map[string]int64, error) {
 // Store's, for other parts of aguard that share that Redis (webhook
 // deliveries). The caller closes it.
 func NewRedisClient(mode, u string) (redis.UniversalClient, error) {
-	rc, err := newRedisClients(mode, u)
+	rc, err := newRedisClients(mode, u, nil)
 	if err != nil {
 		return nil, err
 	}

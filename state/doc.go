@@ -53,6 +53,8 @@
 //	aguard:runs:<replica>            HASH   the runs a replica streams: ["<thread>","<runId>"] ->
 //	                                        "live", or "lost <dead replica>" once claimed
 //	aguard:recovering                HASH   replica -> Unix ms, while it writes back after a loss
+//	aguard:primary                   HASH   replica -> run_id of the primary it has caught up with
+//	                                        (see "When the primary changes")
 //	aguard:invalidate:<db>           pub/sub, one message per write: "<origin>" then
 //	                                        "<version> <member>" per record or thread written
 //
@@ -147,6 +149,21 @@
 // be vouched for — its record restored, known only from memory during the
 // loss, or missing while its thread lists it as held (Thread.Approvals) —
 // is declined (lose_approval), never forwarded as it is.
+//
+// # When the primary changes
+//
+// On one Redis (single, sentinel) a failover promotes a replica that lacks
+// what the old primary took after the promotion, and answers with older
+// copies: a thread can list as pending a call that was answered. Every new
+// connection reads the server's run_id before it serves anything, so the
+// first command to reach a new primary counts the loss (cause "restart").
+// Each replica then writes back, and says in aguard:primary which primary
+// it has caught up with. Until every replica live in aguard:replicas has
+// caught up, a Store that saw the change reads no record or thread there:
+// its reads wait for them, at most three heartbeats, then fail with
+// ErrUnavailable. A read that was itself the first to reach the new
+// primary is made again once they have. On a Redis Cluster
+// a master replaced is noticed at the next beat, without that wait.
 //
 // # Deadlines and lost runs
 //

@@ -69,6 +69,7 @@ type lossState struct {
 	written    int  // records and threads the last write-back wrote
 	skipped    int  // … and found newer in Redis
 	completed  bool // the last write-back finished
+	primary    primaryState
 }
 
 // lost records a loss detected by cause. A loss detected while one is being
@@ -190,6 +191,13 @@ func (s *Store) runMonitor() {
 			s.writeBack()
 		}
 		s.slowRecovered()
+		if s.up.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+			if err := s.markCaughtUp(ctx); err != nil && s.unreachable(ctx, err) {
+				s.setDown(err)
+			}
+			cancel()
+		}
 		select {
 		case <-s.stop:
 			return
@@ -235,6 +243,12 @@ func (s *Store) beat(ctx context.Context) {
 	if restarted, evicted := compareMasters(l.masters, masters); restarted || evicted {
 		if restarted {
 			causes = append(causes, causeRestart)
+			if !s.cluster && len(masters) == 1 { // a new primary no connection saw first
+				for id := range masters {
+					l.primary.barrier = id
+				}
+				l.primary.changes++
+			}
 		}
 		if evicted {
 			causes = append(causes, causeEviction)
@@ -443,6 +457,9 @@ func (s *Store) withdraw() {
 			p.Del(ctx, s.ks.runsKey(s.origin))
 		}
 		p.HDel(ctx, s.ks.recoveringKey(), s.origin)
+		if !s.cluster {
+			p.HDel(ctx, s.ks.primaryKey(), s.origin)
+		}
 		return nil
 	})
 }

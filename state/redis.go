@@ -226,9 +226,10 @@ return had
 
 // claimScriptSrc claims the runs of replicas that stopped beating: each
 // replica in the replicas index (KEYS[1]) silent for longer than the
-// liveness is removed from it, and its runs registry moved into this
-// replica's (KEYS[2]), each run marked "lost <dead replica>". Exactly one
-// claimer gets a dead replica's runs. It replies {replica, run member, …}.
+// liveness is removed from it and from the primaries it caught up with
+// (KEYS[3]), and its runs registry moved into this replica's (KEYS[2]),
+// each run marked "lost <dead replica>". Exactly one claimer gets a dead
+// replica's runs. It replies {replica, run member, …}.
 //
 // ARGV: this replica's id, liveness ms, runs key prefix, registry ttl ms.
 const claimScriptSrc = `
@@ -249,6 +250,7 @@ for _, d in ipairs(dead) do
       out[#out+1] = runs[i]
     end
     redis.call('DEL', rk)
+    redis.call('HDEL', KEYS[3], d)
   end
 end
 if #out > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
@@ -257,7 +259,7 @@ return out
 
 // scripts are the Lua scripts a Store runs.
 type scripts struct {
-	write, index, heartbeat, claim *redis.Script
+	write, index, heartbeat, claim, caughtUp *redis.Script
 }
 
 func newScripts() *scripts {
@@ -266,6 +268,7 @@ func newScripts() *scripts {
 		index:     redis.NewScript(indexScriptSrc),
 		heartbeat: redis.NewScript(heartbeatScriptSrc),
 		claim:     redis.NewScript(claimScriptSrc),
+		caughtUp:  redis.NewScript(caughtUpScriptSrc),
 	}
 }
 
@@ -599,12 +602,15 @@ type storedCall struct {
 }
 
 // readCall reads a record from Redis; call is nil when there is none.
-func (s *Store) readCall(ctx context.Context, r Ref) (storedCall, error) {
-	vals, err := s.rdb.HMGet(ctx, callKey(r), "v", "d", "r").Result()
-	if err != nil {
-		return storedCall{}, err
-	}
-	return decodeCall(r, vals)
+func (s *Store) readCall(ctx context.Context, r Ref) (sc storedCall, err error) {
+	err = s.readFromPrimary(ctx, func() error {
+		var vals []any
+		if vals, err = s.rdb.HMGet(ctx, callKey(r), "v", "d", "r").Result(); err == nil {
+			sc, err = decodeCall(r, vals)
+		}
+		return err
+	})
+	return sc, err
 }
 
 // decodeCall decodes an HMGET v d r reply.
@@ -629,12 +635,15 @@ func decodeCall(r Ref, vals []any) (storedCall, error) {
 }
 
 // readThread reads a thread from Redis; nil when there is none.
-func (s *Store) readThread(ctx context.Context, id string) (*Thread, int64, error) {
-	vals, err := s.rdb.HMGet(ctx, threadKey(id), "v", "d").Result()
-	if err != nil {
-		return nil, 0, err
-	}
-	return decodeThread(id, vals)
+func (s *Store) readThread(ctx context.Context, id string) (t *Thread, ver int64, err error) {
+	err = s.readFromPrimary(ctx, func() error {
+		var vals []any
+		if vals, err = s.rdb.HMGet(ctx, threadKey(id), "v", "d").Result(); err == nil {
+			t, ver, err = decodeThread(id, vals)
+		}
+		return err
+	})
+	return t, ver, err
 }
 
 // decodeThread decodes an HMGET v d reply of a thread.
@@ -662,7 +671,16 @@ func (s *Store) readCalls(ctx context.Context, refs []Ref) ([]storedCall, error)
 
 // readCallsOn reads records on client c, chunk per pipeline, each round
 // trip bounded by budget (0: the client's I/O timeouts).
-func (s *Store) readCallsOn(ctx context.Context, c redis.UniversalClient, budget time.Duration, refs []Ref, chunk int) ([]storedCall, error) {
+func (s *Store) readCallsOn(ctx context.Context, c redis.UniversalClient, budget time.Duration, refs []Ref, chunk int) (out []storedCall, err error) {
+	err = s.readFromPrimary(ctx, func() error {
+		out, err = s.readCallsOnce(ctx, c, budget, refs, chunk)
+		return err
+	})
+	return out, err
+}
+
+// readCallsOnce is readCallsOn's reads.
+func (s *Store) readCallsOnce(ctx context.Context, c redis.UniversalClient, budget time.Duration, refs []Ref, chunk int) ([]storedCall, error) {
 	out := make([]storedCall, 0, len(refs))
 	for len(refs) > 0 {
 		part := refs[:min(chunk, len(refs))]

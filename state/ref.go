@@ -44,6 +44,7 @@ const (
 	markerKeyPrefix    = "aguard:replica:"   // STRING per replica, with a short expiry: liveness and loss marker
 	runsKeyPrefix      = "aguard:runs:"      // HASH per replica: run member -> "live" or "lost <replica>"
 	recoveringKey      = "aguard:recovering" // HASH replica id -> Unix ms, while that replica writes back after a loss
+	primaryKey         = "aguard:primary"    // HASH replica id -> run_id of the primary it has caught up with (one Redis only)
 	invalidateChannel  = "aguard:invalidate:"
 )
 
@@ -176,3 +177,4 @@ func (k keyspace) replicasKey() string                      { return k.reg + "re
 func (k keyspace) markerKey(replica string) string          { return k.reg + "replica:" + replica }
 func (k keyspace) runsKey(replica string) string            { return k.reg + "runs:" + replica }
 func (k keyspace) recoveringKey() string                    { return k.reg + "recovering" }
+func (k keyspace) primaryKey() string                       { return k.reg + "primary" }

@@ -350,6 +350,11 @@ func TestASentinelFailoverDuringRunsLosesNothing(t *testing.T) {
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(stop) }); wait() })
 	await.For(t, "runs before the failover", func() bool { return done.Load() >= 50 })
+	for name, s := range map[string]*Store{"A": a, "B": b} {
+		if n := metricValue(t, s.met.dataLost.WithLabelValues(string(causeRestart))); n != 0 {
+			t.Fatalf("%s counted %v losses before the failover", name, n)
+		}
+	}
 
 	old := ss.Primary.Addr()
 	failedOver := time.Now()

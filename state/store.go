@@ -268,18 +268,20 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	if opt.slowHold <= 0 {
 		opt.slowHold = defaultSlowHold
 	}
+	// The gauge of approvals reads the store, and each new connection
+	// reports to it (onConnect); it is built below, before either can
+	// happen.
+	var s *Store
 	var rc *redisClients
 	if opt.RedisURL != "" {
 		var err error
-		if rc, err = newRedisClients(opt.RedisMode, opt.RedisURL); err != nil {
+		onConnect := func(ctx context.Context, cn *redis.Conn) error { return s.onConnect(ctx, cn) }
+		if rc, err = newRedisClients(opt.RedisMode, opt.RedisURL, onConnect); err != nil {
 			return nil, err
 		}
 	} else if _, err := ParseRedisMode(opt.RedisMode); err != nil {
 		return nil, err
 	}
-	// The gauge of approvals reads the store, which is built below and
-	// registered (Registerer) before anyone can scrape it.
-	var s *Store
 	met, err := newMetrics(opt.Registerer, func() float64 { return float64(s.approvalsAwaiting()) })
 	if err != nil {
 		if rc != nil {

@@ -276,7 +276,7 @@ func TestRedisKeysFollowTheDocumentedLayoutAndExpire(t *testing.T) {
 		"aguard:{a%7Db%7B%25c}:call:x", "aguard:{a%7Db%7B%25c}:calls",
 		"aguard:{t1}:call:c1", "aguard:{t1}:calls", "aguard:{t1}:thread",
 	}
-	want := slices.Sorted(slices.Values(append(slices.Clone(ledger), "aguard:replica:"+s.origin, "aguard:replicas")))
+	want := slices.Sorted(slices.Values(append(slices.Clone(ledger), "aguard:replica:"+s.origin, "aguard:replicas", "aguard:primary")))
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys = %v, want %v", keys, want)
 	}

@@ -119,7 +119,7 @@ func (s *Store) ended(c *ToolCall) {
 // calls.
 func (s *Store) recoverLostRuns(ctx context.Context, now time.Time) {
 	mine := s.ks.runsKey(s.origin)
-	got, err := s.scripts.claim.Eval(ctx, s.rdb, []string{s.ks.replicasKey(), mine},
+	got, err := s.scripts.claim.Eval(ctx, s.rdb, []string{s.ks.replicasKey(), mine, s.ks.primaryKey()},
 		s.origin, s.opt.liveness.Milliseconds(), s.ks.runsKey(""), s.opt.TTL.Milliseconds()).StringSlice()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		if s.unreachable(ctx, err) {

@@ -125,7 +125,8 @@ func (s *Store) wakeWriter() {
 // Store should degrade), as opposed to the caller's ctx ending or Redis
 // answering with an error about this particular command or data.
 func (s *Store) unreachable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, errConflict) || errors.Is(err, errCorrupt) || errors.Is(err, ErrTransition) || errors.Is(err, errSlow) {
+	if ctx.Err() != nil || errors.Is(err, errConflict) || errors.Is(err, errCorrupt) || errors.Is(err, ErrTransition) || errors.Is(err, errSlow) ||
+		errors.Is(err, errNotCaughtUp) {
 		return false
 	}
 	return !permanent(err)

@@ -51,6 +51,17 @@ func (l *Link) Cut() {
 	}
 }
 
+// Redirect closes every relayed connection and relays new ones to to, as
+// a managed Redis's endpoint moves to a new primary after a failover.
+func (l *Link) Redirect(to *Server) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.srv = to
+	for c := range l.conns {
+		c.Close()
+	}
+}
+
 // Heal relays new connections again.
 func (l *Link) Heal() {
 	l.mu.Lock()

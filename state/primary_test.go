@@ -1,0 +1,124 @@
+package state
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/aguard/aguard/internal/await"
+	"github.com/aguard/aguard/internal/redistest"
+)
+
+// TestAThreadIsNotReadFromANewPrimaryThatLacksItsLastWrite fails the
+// primary over under two replicas A and B as Sentinel does: its replica is
+// promoted (REPLICAOF NO ONE) while A and B still write to the old one,
+// then their endpoint moves to the new one. A answered the thread's call
+// in between, on the old primary only, and made a call on another thread.
+// Reading the thread from the new primary, neither A nor B gets the copy
+// that still lists the call as pending, and B's answer to the other call,
+// read before the move, is recorded: they wait until A has written back
+// what it holds.
+func TestAThreadIsNotReadFromANewPrimaryThatLacksItsLastWrite(t *testing.T) {
+	old, promoted := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	oc, pc := rawClient(t, old), rawClient(t, promoted)
+	host, port, _ := strings.Cut(old.Addr(), ":")
+	if err := oc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	link := old.Link(t)
+	// Beats an hour apart: only the connections can notice the new primary.
+	opt := Options{RedisURL: link.URL(), heartbeat: time.Hour}
+	a, b := openStore(t, opt), openStore(t, opt)
+	await.For(t, "A's first heartbeat", a.markerSet)
+	await.For(t, "B's first heartbeat", b.markerSet)
+
+	th := "t-failover"
+	c := newCall("c1", th, StatusExecuting, t0)
+	if err := a.PutCallsSync(ctx, []*ToolCall{c}, &Thread{ID: th, LastRunID: "r1", PendingCalls: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadThread(ctx, th, nil); err != nil { // B holds the pending copy
+		t.Fatal(err)
+	}
+	await.For(t, "the replica to have every write so far", func() bool {
+		return replOffset(t, oc, "master_repl_offset") <= replOffset(t, pc, "slave_repl_offset")
+	})
+	if err := pc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// On the old primary only: the call answered, the thread with nothing pending.
+	v, err := a.ReadThread(ctx, th, []string{"c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := a.ApplyAnswers(ctx, v, []Change{{ID: "c1", Transition: Answer([]byte(`"yes"`), "", false, time.Now())}})
+	if res[0].Err != nil {
+		t.Fatal(res[0].Err)
+	}
+	if err := a.PutCallsSync(ctx, nil, &Thread{ID: th, LastRunID: "r2"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := pc.HGet(ctx, threadKey(th), "d").Val(); !strings.Contains(got, `"c1"`) {
+		t.Fatalf("the new primary has the answer already: %s", got)
+	}
+	// And a call A made on another thread, which B reads there too.
+	c2 := newCall("c2", "t-other", StatusExecuting, t0)
+	if err := a.PutCallsSync(ctx, []*ToolCall{c2}, &Thread{ID: "t-other", LastRunID: "r1", PendingCalls: []string{"c2"}}); err != nil {
+		t.Fatal(err)
+	}
+	v2, err := b.ReadThread(ctx, "t-other", []string{"c2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	link.Redirect(promoted)
+	// B's answer, read from the old primary, is written to the new one,
+	// which lacks the call: the compare-and-set reads it again, once A
+	// has written it back.
+	res = b.ApplyAnswers(ctx, v2, []Change{{ID: "c2", Transition: Answer([]byte(`"ok"`), "", false, time.Now())}})
+	if res[0].Err != nil || res[0].Call.Status != StatusCompleted {
+		t.Fatalf("B's answer to the call read before the failover: %+v", res[0])
+	}
+	for name, s := range map[string]*Store{"B": b, "A": a} {
+		v, err := s.ReadThread(ctx, th, []string{"c1"})
+		if err != nil {
+			t.Fatalf("%s reads the thread after the failover: %v", name, err)
+		}
+		if len(v.Thread.PendingCalls) != 0 {
+			t.Fatalf("%s reads the thread from the new primary as pending %v: the copy from before the answer", name, v.Thread.PendingCalls)
+		}
+	}
+	if got, err := b.GetCall(ctx, Ref{th, "c1"}); err != nil || got.Status != StatusCompleted {
+		t.Fatalf("B reads the answered call as %v (%v)", got, err)
+	}
+	for name, s := range map[string]*Store{"A": a, "B": b} {
+		if got := metricValue(t, s.met.dataLost.WithLabelValues(string(causeRestart))); got != 1 {
+			t.Errorf("%s counted %v losses by restart, want 1", name, got)
+		}
+	}
+}
+
+// replOffset reads a replication offset (field of INFO replication).
+func replOffset(t *testing.T, c *redis.Client, field string) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "replication").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return -1
+}
