@@ -6,11 +6,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
@@ -288,4 +292,203 @@ func TestServeReplicasShareThreadsAndApprovalsOnARedisCluster(t *testing.T) {
 		}
 	}
 	t.Logf("%d threads on %d masters: each call recorded through A, refused and answered across replicas, COMPLETED in both admin APIs; %d approved through B", len(plain)+len(held), len(masters), len(held))
+}
+
+// readyWatch polls a replica's /readyz every 25 ms until stopped, and keeps
+// the stretches it answered "degraded", and any answer other than 200.
+type readyWatch struct {
+	mu      sync.Mutex
+	since   time.Time       // start of the current degraded stretch; zero while ok
+	longest time.Duration   // the longest stretch that ended
+	spans   int             // stretches begun
+	reasons map[string]bool // why, as /readyz said
+	bad     []string        // answers other than 200
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func watchReady(t *testing.T, admin string) *readyWatch {
+	w := &readyWatch{reasons: map[string]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			now := time.Now()
+			var r struct{ Status, Reason string }
+			resp, err := http.Get("http://" + admin + "/readyz")
+			if err == nil {
+				err = json.NewDecoder(resp.Body).Decode(&r)
+				resp.Body.Close()
+			}
+			w.mu.Lock()
+			switch {
+			case err != nil || resp.StatusCode != 200:
+				w.bad = append(w.bad, fmt.Sprint(err, r))
+			case r.Status == "degraded":
+				if w.since.IsZero() {
+					w.since, w.spans = now, w.spans+1
+				}
+				// "… 3s ago" changes each second: keep the reason's kind.
+				kind, _, _ := strings.Cut(r.Reason, ")")
+				w.reasons[kind+")"] = true
+			case !w.since.IsZero():
+				w.longest = max(w.longest, now.Sub(w.since))
+				w.since = time.Time{}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.halt)
+	return w
+}
+
+// ok reports whether the last answer was 200 "ok".
+func (w *readyWatch) ok() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.spans > 0 && w.since.IsZero()
+}
+
+func (w *readyWatch) halt() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// TestServeRunsThroughASentinelFailover runs two aguard processes with
+// --redis-mode sentinel, on a primary and its replica watched by three real
+// redis-sentinel processes, and fails the primary over (SENTINEL FAILOVER)
+// while runs go on: on each of four threads, a run through one replica
+// leaves a call pending and the next, through the other, answers it. Every
+// run is served (a 503 ledger_unavailable, which asks the client to retry,
+// would be retried and counted), none is refused for a call it answered;
+// each replica counts the failover as one loss and no other; /readyz
+// answers 200 throughout, "degraded" from the failover until the replicas
+// have written back what the old primary took after the promotion (at
+// least the 10 s every loss holds), then "ok"; and a replica started
+// afterwards, with nothing in memory, reads every call COMPLETED.
+func TestServeRunsThroughASentinelFailover(t *testing.T) {
+	bin := buildAguard(t)
+	ss := redistest.StartSentinels(t)
+	agent := newScaleAgent(t)
+	args := []string{"--upstream", agent.URL, "--redis-mode", "sentinel", "--redis", ss.URL(), "--admin-token", "tok"}
+	replicas := []*started{startAguard(t, bin, args...), startAguard(t, bin, args...)}
+	const lost = `aguard_state_redis_data_lost_total{cause="restart"}`
+
+	var retried atomic.Int64
+	var slowest atomic.Int64 // ns
+	post := func(r *started, input string) (string, bool) {
+		for {
+			began := time.Now()
+			code, body := postRun(t, r.listen, input)
+			if d := int64(time.Since(began)); d > slowest.Load() {
+				slowest.Store(d) // racy max, good enough for a report
+			}
+			if code == 503 && strings.Contains(body, `"ledger_unavailable"`) {
+				retried.Add(1)
+				continue
+			}
+			if code != 200 {
+				t.Errorf("%s: %d %s", time.Now().Format("15:04:05.000"), code, body)
+				return body, false
+			}
+			return body, true
+		}
+	}
+	threads := []string{"s-0", "s-1", "s-2", "s-3"}
+	stop := make(chan struct{})
+	var done atomic.Int64
+	var mu sync.Mutex
+	calls := map[string]string{} // call -> thread
+	var workers sync.WaitGroup
+	for i, th := range threads {
+		workers.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				first, second := replicas[(i+k)%2], replicas[(i+k+1)%2]
+				run := fmt.Sprintf("%s-r%d", th, k)
+				call := "call-" + run
+				body, ok := post(first, runInput(th, run, "", ""))
+				if !ok {
+					return
+				}
+				if !strings.Contains(body, `"pendingToolCallIds":["`+call+`"]`) {
+					t.Errorf("%s: no call left pending: %s", run, body)
+					return
+				}
+				mu.Lock()
+				calls[call] = th
+				mu.Unlock()
+				if body, ok = post(second, runInput(th, run+"-answer", call, "yes")); !ok {
+					return
+				}
+				if strings.Contains(body, "pendingToolCallIds") || !strings.Contains(body, "RUN_FINISHED") {
+					t.Errorf("%s: the answer: %s", run, body)
+					return
+				}
+				done.Add(1)
+			}
+		})
+	}
+	var once sync.Once
+	halt := func() { once.Do(func() { close(stop) }); workers.Wait() }
+	t.Cleanup(halt)
+
+	await.For(t, "runs before the failover", func() bool { return done.Load() >= 20 })
+	for i, r := range replicas {
+		if n := metric(t, r.admin, lost); n > 0 {
+			t.Fatalf("replica %d counted %v losses before the failover", i, n)
+		}
+	}
+	watches := []*readyWatch{watchReady(t, replicas[0].admin), watchReady(t, replicas[1].admin)}
+	old := ss.Primary.Addr()
+	asked := time.Now()
+	ss.Failover(t)
+	tookOver := time.Since(asked)
+	before := done.Load()
+	await.Within(t, 30*time.Second, "runs to go on against the new primary", func() bool { return done.Load() >= before+20 })
+	halt()
+	if t.Failed() {
+		return
+	}
+	for i, w := range watches {
+		await.Within(t, 30*time.Second, fmt.Sprintf("replica %d's /readyz to say ok again", i), w.ok)
+		w.halt()
+		if len(w.bad) > 0 {
+			t.Errorf("replica %d's /readyz did not answer 200: %q", i, w.bad)
+		}
+		if n := metric(t, replicas[i].admin, lost); n != 1 {
+			t.Errorf("replica %d counted %v losses by the failover, want 1", i, n)
+		}
+	}
+
+	fresh := startAguard(t, bin, args...)
+	missing := 0
+	for call, th := range calls {
+		if got := recordStatus(t, fresh.admin, "tok", th, call); got != "TOOL_EXECUTION_STATUS_COMPLETED" {
+			if missing++; missing <= 3 {
+				t.Errorf("%s on %s, read by a fresh replica after the failover: %q", call, th, got)
+			}
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d calls are not COMPLETED in redis", missing, len(calls))
+	}
+	for i, w := range watches {
+		t.Logf("replica %d: /readyz degraded %d time(s), for %v (%v)", i, w.spans, w.longest.Round(time.Millisecond), slices.Sorted(maps.Keys(w.reasons)))
+	}
+	t.Logf("sentinels failed the primary over from %s to %s in %v; %d calls on %d threads, each recorded through one replica and answered through the other, %d of them after the failover; slowest run %v; %d runs retried after 503 ledger_unavailable; none lost",
+		old, ss.Primary.Addr(), tookOver.Round(time.Millisecond), len(calls), len(threads), int64(len(calls))-before,
+		time.Duration(slowest.Load()).Round(time.Millisecond), retried.Load())
 }
