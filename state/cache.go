@@ -43,8 +43,9 @@ func (s *Store) peekCallLocked(r Ref) (*callEntry, bool) {
 func (s *Store) lookupCall(r Ref) (*callEntry, bool) {
 	s.cacheMu.Lock()
 	if p, ok := s.prot.calls[r]; ok && p.e != nil {
+		e := p.e // the writer replaces it under cacheMu
 		s.cacheMu.Unlock()
-		return p.e, true
+		return e, true
 	}
 	s.cacheMu.Unlock()
 	return s.calls.Get(r)
@@ -54,8 +55,9 @@ func (s *Store) lookupCall(r Ref) (*callEntry, bool) {
 func (s *Store) lookupThread(id string) (*threadEntry, bool) {
 	s.cacheMu.Lock()
 	if p, ok := s.prot.threads[id]; ok {
+		e := p.e // the writer replaces it under cacheMu
 		s.cacheMu.Unlock()
-		return p.e, true
+		return e, true
 	}
 	s.cacheMu.Unlock()
 	return s.threads.Get(id)
