@@ -169,9 +169,19 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 		return err
 	}
 	queued := s.queued(threadKey(v.id))
+	_, wasQueued := pre[threadKey(v.id)]
 	switch {
 	case queued != nil:
 		v.Thread = queued.thread.clone()
+	case t != nil && wasQueued:
+		// Queued when the read began: the write may have been
+		// acknowledged after Redis answered. The newer copy wins.
+		if e, ok := s.ackedThread(v.id, tver); ok {
+			v.Thread = e.t.clone()
+			break
+		}
+		s.cacheThreadRead(t, tver)
+		v.Thread = t.clone()
 	case t != nil:
 		s.cacheThreadRead(t, tver)
 		v.Thread = t.clone()
@@ -192,6 +202,12 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 			return err
 		}
 		if sc.call != nil {
+			if _, was := pre[callKey(r)]; was { // as for the thread above
+				if e, ok := s.ackedCall(r, sc.ver); ok {
+					v.calls[id] = &viewCall{call: e.call.clone(), ver: e.ver}
+					continue
+				}
+			}
 			s.cacheRead(sc.call, sc.ver, seq, epoch)
 			v.calls[id] = &viewCall{call: sc.call.clone(), ver: sc.ver, unverified: sc.restored}
 			continue
@@ -205,6 +221,23 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 		}
 	}
 	return nil
+}
+
+// ackedCall is this process's copy of r when Redis acknowledged it at a
+// version newer than ver.
+func (s *Store) ackedCall(r Ref, ver int64) (*callEntry, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	e, ok := s.peekCallLocked(r)
+	return e, ok && e.ver > ver
+}
+
+// ackedThread is ackedCall for thread id.
+func (s *Store) ackedThread(id string, ver int64) (*threadEntry, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	e, ok := s.peekThreadLocked(id)
+	return e, ok && e.ver > ver
 }
 
 func callKeys(thread string, ids []string) []string {

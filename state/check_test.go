@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,5 +161,74 @@ func TestApplyAnswersRetriesOnlyWhatConflicted(t *testing.T) {
 	}
 	if c := mustGet(t, a, "thread-r", "h"); c.Cause != CauseApprovalRejected {
 		t.Errorf("h = %s %q, want B's rejection kept", c.Status, c.Cause)
+	}
+}
+
+// gate is a go-redis hook that holds the writer's write pipeline until a
+// ReadThread pipeline has had its answer, then holds that answer until the
+// writer's write is acknowledged (the queue empty): the interleaving in
+// which a read begins with a write queued and ends after it was written.
+type gate struct {
+	armed     atomic.Bool
+	readDone  chan struct{}
+	store     atomic.Pointer[Store]
+	closeOnce sync.Once
+}
+
+func (g *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !g.armed.Load() {
+			return next(ctx, cmds)
+		}
+		switch name := cmds[0].Name(); {
+		case name == "evalsha" || name == "eval": // the writer
+			<-g.readDone
+			return next(ctx, cmds)
+		case name == "hmget" && len(cmds) > 2 && cmds[2].Name() == "exists": // ReadThread
+			err := next(ctx, cmds)
+			g.closeOnce.Do(func() { close(g.readDone) })
+			s := g.store.Load()
+			for s.qlen.Load() > 0 {
+				time.Sleep(time.Millisecond)
+			}
+			return err
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestAReadDoesNotMissAWriteAcknowledgedWhileRedisAnswered reads a thread
+// whose record and thread writes were queued when the read began and were
+// acknowledged before it looked at the queue: the read returns what was
+// written, not Redis's answer from just before.
+func TestAReadDoesNotMissAWriteAcknowledgedWhileRedisAnswered(t *testing.T) {
+	srv := redistest.Start(t)
+	g := &gate{readDone: make(chan struct{})}
+	s := openRedisStore(t, srv, Options{Hooks: []redis.Hook{g}})
+	g.store.Store(s)
+	ctx := context.Background()
+	held := newCall("c1", "t1", StatusRequiresConfirmation, t0)
+	held.RequiresApprovalAt = ptr(time.Now().Add(time.Hour))
+	if err := s.RecordSync(ctx, []*ToolCall{held}, &Thread{ID: "t1", PendingCalls: []string{"c1"}, Approvals: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	g.armed.Store(true)
+	approved := newCall("c1", "t1", StatusExecuting, t0)
+	if err := s.Record([]*ToolCall{approved}, &Thread{ID: "t1", PendingCalls: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := s.ReadThread(ctx, "t1", []string{"c1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.calls["c1"].call.Status; got != StatusExecuting {
+		t.Errorf("the record read while its write was acknowledged: %s, want %s", got, StatusExecuting)
+	}
+	if len(v.Thread.Approvals) != 0 {
+		t.Errorf("the thread read while its write was acknowledged still holds approvals %v", v.Thread.Approvals)
 	}
 }
