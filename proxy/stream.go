@@ -342,6 +342,7 @@ func (s *stream) pump() string {
 	c := s.ans.conn
 	c.beforeRead = s.flushForRead
 	defer func() { c.beforeRead = nil }()
+	first := true
 	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
 		if err != nil {
 			cause := s.interruption()
@@ -363,7 +364,13 @@ func (s *stream) pump() string {
 				return s.emit(s.pipe.End(err), 0, "completed")
 			}
 		}
-		out := s.pipe.Feed(s.ctx, data)
+		var out *Output
+		if first {
+			first = false
+			out = s.feedAside(data)
+		} else {
+			out = s.pipe.Feed(s.ctx, data)
+		}
 		end := ""
 		if out.Done {
 			end = "ended"
@@ -376,6 +383,21 @@ func (s *stream) pump() string {
 		return "consumer_gone"
 	}
 	return s.emit(s.pipe.End(nil), 0, "completed")
+}
+
+// feedAside feeds the stream's first event (RUN_STARTED, or what the
+// checks refuse in its place) on a goroutine of its own and waits for it.
+// Checking an event off the fast path takes more than 4 KiB of stack
+// (agui's feed and screen frames alone are about 3 KiB): on the pump's
+// goroutine it would grow the stack to 8 KiB, which Go's GC does not halve
+// while the pump waits in a read (it shrinks a stack only when less than a
+// quarter of it is in use). A run whose agent starts it and then thinks for
+// a long time, the commonest idle stream, keeps a 4 KiB stack instead; the
+// goroutine costs a microsecond once per stream.
+func (s *stream) feedAside(data []byte) *Output {
+	done := make(chan *Output, 1)
+	go func() { done <- s.pipe.Feed(s.ctx, data) }()
+	return <-done
 }
 
 // emit records a step's facts (in: the bytes of the event fed, 0 for End
