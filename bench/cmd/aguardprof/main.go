@@ -47,7 +47,9 @@ func main() {
 	logPath := flag.String("log", "", "JSON log file (default: discarded)")
 	ledger := flag.Bool("ledger", false, "keep the tool-call ledger (in-process LRU) in the proxy")
 	redisURL := flag.String("redis", "", "redis://127.0.0.1:PORT/DB: keep the ledger in front of this Redis (implies -ledger; loopback only)")
+	memRate := flag.Int("memprofilerate", runtime.MemProfileRate, "bytes per sampled allocation in the heap profile (1: every allocation, to count what one idle stream holds)")
 	flag.Parse()
+	runtime.MemProfileRate = *memRate
 
 	host, _, err := net.SplitHostPort(*listen)
 	if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
@@ -159,5 +161,14 @@ func snapshot(memPath string) {
 	defer f.Close()
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		log.Printf("aguardprof: heap profile: %v", err)
+	}
+	g, err := os.Create(memPath + ".goroutines")
+	if err != nil {
+		log.Printf("aguardprof: goroutine dump: %v", err)
+		return
+	}
+	defer g.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+		log.Printf("aguardprof: goroutine dump: %v", err)
 	}
 }
