@@ -196,7 +196,7 @@ func (s *Stream) activityEvent(e *ev, t tag) *violation {
 		rep := e.v.Get("replace")
 		if own == nil || rep == nil || rep.Type() != fastjson.TypeFalse {
 			o := t.owner()
-			s.run.activities[string(id)] = &o
+			put(&s.run.activities, string(id), &o)
 		}
 		return nil
 	}
@@ -219,11 +219,11 @@ func (s *Stream) thinkingEvent(e *ev, t tag) *violation {
 		if e.typ == tThinkingStart {
 			s.thinkSpan = s.mint
 			openEntity(ent, true, s.run.next())
-			s.run.thinkSpans[s.mint] = ent
+			put(&s.run.thinkSpans, s.mint, ent)
 		} else {
 			s.thinkMsg = s.mint
 			openEntity(ent, false, s.run.next())
-			s.run.thinkMsgs[s.mint] = ent
+			put(&s.run.thinkMsgs, s.mint, ent)
 		}
 		return nil
 	case tThinkingEnd:
@@ -325,7 +325,7 @@ func (s *Stream) subagentStarted(e *ev) *violation {
 	if p, ok := e.str("parentSubagentRunId"); ok && !s.run.subActive[string(p)] && !s.run.subClosed[string(p)] {
 		return viol("subagent_unknown_parent", string(id), "SUBAGENT_STARTED for subagent "+q(id)+": parentSubagentRunId "+q(p)+" has not been started in this run")
 	}
-	s.run.subActive[string(id)] = true
+	put(&s.run.subActive, string(id), true)
 	return nil
 }
 
@@ -342,7 +342,7 @@ func (s *Stream) subagentEnded(e *ev) *violation {
 		return viol("subagent_not_active", string(id), e.typ+" for subagent "+q(id)+", which is not active")
 	}
 	delete(s.run.subActive, string(id))
-	s.run.subClosed[string(id)] = true
+	put(&s.run.subClosed, string(id), true)
 	return nil
 }
 

@@ -138,7 +138,7 @@ func (s *Stream) deny(b *Batch, c *call, phase string, frontend bool, v Verdict)
 	// (https://docs.ag-ui.com, Tool Calls, Frontend tools).
 	s.put(b, tCustom, s.denied(c, v))
 	s.put(b, tToolResult, s.declineResult(c, v))
-	s.answered[c.id] = struct{}{}
+	put(&s.answered, c.id, struct{}{})
 	s.recordDecline(c, v)
 }
 

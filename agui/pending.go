@@ -57,10 +57,10 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 		m.own = t.owner()
 	} else {
 		e := &entity{id: string(mid), own: t.owner()}
-		s.run.msgs[e.id] = e
+		put(&s.run.msgs, e.id, e)
 	}
 	if _, ok := s.answered[string(id)]; !ok {
-		s.answered[string(id)] = struct{}{}
+		put(&s.answered, string(id), struct{}{})
 	}
 	sid, name := "", ""
 	if c := s.run.calls[string(id)]; c != nil {

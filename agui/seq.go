@@ -150,19 +150,14 @@ type runState struct {
 	text *entity
 }
 
-func newRunState() runState {
-	return runState{
-		msgs:           map[string]*entity{},
-		reasoning:      map[string]*entity{},
-		activities:     map[string]*owner{},
-		calls:          map[string]*call{},
-		steps:          map[stepKey]int{},
-		subActive:      map[string]bool{},
-		subClosed:      map[string]bool{},
-		replayAnswered: map[string]struct{}{},
-		thinkSpans:     map[int]*entity{},
-		thinkMsgs:      map[int]*entity{},
+// put sets m[k] = v, making m first: a stream's maps are made when it
+// first puts something in them, so a stream that waits holds no empty
+// maps (thirteen of them were half a KiB per idle stream).
+func put[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = make(map[K]V)
 	}
+	(*m)[k] = v
 }
 
 func (r *runState) reset() {
@@ -208,7 +203,7 @@ func (r *runState) textStart(id []byte, t tag) *violation {
 	}
 	if e == nil {
 		e = &entity{id: string(id), own: t.owner()}
-		r.msgs[e.id] = e
+		put(&r.msgs, e.id, e)
 	}
 	e.open = true
 	e.openSeq = r.next()
@@ -275,7 +270,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 		if !t.ok && inherited != nil {
 			c.own = *inherited
 		}
-		r.calls[c.id] = c
+		put(&r.calls, c.id, c)
 	}
 	if c.started {
 		c.reopened = true
@@ -337,7 +332,7 @@ func (r *runState) introduce(id, name []byte, parent string, own owner, args []b
 	c := r.calls[string(id)]
 	if c == nil {
 		c = &call{id: string(id), own: own}
-		r.calls[c.id] = c
+		put(&r.calls, c.id, c)
 	}
 	c.started, c.snap = true, true
 	c.name, c.parent, c.hasParent = string(name), parent, true
@@ -359,7 +354,7 @@ func (r *runState) reasoningStart(typ string, span bool, id []byte, t tag) *viol
 	}
 	if e == nil {
 		e = &entity{own: t.owner()}
-		r.reasoning[string(id)] = e
+		put(&r.reasoning, string(id), e)
 	}
 	openEntity(e, span, r.next())
 	return nil
@@ -410,7 +405,7 @@ func (r *runState) stepStarted(name []byte, t tag) *violation {
 	if _, ok := r.steps[k]; ok {
 		return viol("step_already_active", string(name), "STEP_STARTED for step "+q(name)+", which is already active for "+k.own.String())
 	}
-	r.steps[k] = r.next()
+	put(&r.steps, k, r.next())
 	return nil
 }
 

@@ -63,7 +63,7 @@ func (s *Stream) learn(id []byte, frontend, started bool) {
 	}
 	k.frontend = k.frontend || frontend
 	k.started = k.started || started
-	s.known[string(id)] = k
+	put(&s.known, string(id), k)
 }
 
 func (s *Stream) markFrontend(id []byte) { s.learn(id, true, false) }
@@ -130,7 +130,7 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 	}
 	for _, a := range adds {
 		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
-			s.run.msgs[a.msgID] = &entity{id: a.msgID, own: a.own}
+			put(&s.run.msgs, a.msgID, &entity{id: a.msgID, own: a.own})
 		}
 	}
 }
@@ -154,7 +154,7 @@ func (s *Stream) learnCalls(msgs []*fastjson.Value) {
 			if _, ok := s.run.replayAnswered[c.id]; ok {
 				// Earlier replayed messages of the run carried its answer
 				// before they carried the call.
-				s.answered[c.id] = struct{}{}
+				put(&s.answered, c.id, struct{}{})
 				s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), nil)
 			}
 		}
@@ -189,7 +189,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 			}
 		}
 		if _, ok := s.run.replayAnswered[string(id)]; !ok {
-			s.run.replayAnswered[string(id)] = struct{}{}
+			put(&s.run.replayAnswered, string(id), struct{}{})
 		}
 		if s.hold.held > 0 {
 			if c := s.run.calls[string(id)]; c != nil && c.show == held {
@@ -206,7 +206,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 				// A call replayed messages introduced has no
 				// TOOL_CALL_RESULT to wait for: its tool message there is
 				// its answer.
-				s.answered[c.id] = struct{}{}
+				put(&s.answered, c.id, struct{}{})
 				s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), m.Get("content"))
 			}
 		}
@@ -274,7 +274,7 @@ func (s *Stream) recordDecline(c *call, v Verdict) {
 		return
 	}
 	s.knownBytes += len(js)
-	s.declined[c.id] = decline{msgID: "aguard-declined-" + c.id, js: js}
+	put(&s.declined, c.id, decline{msgID: "aguard-declined-" + c.id, js: js})
 }
 
 // editMessages rewrites e.out without the messages at the indexes drops
@@ -350,26 +350,26 @@ func messageOwner(m *fastjson.Value) owner {
 func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 	id := m.GetStringBytes("id")
 	own := messageOwner(m)
-	bucket := s.run.msgs
+	bucket := &s.run.msgs
 	switch string(m.GetStringBytes("role")) {
 	case "reasoning":
-		bucket = s.run.reasoning
+		bucket = &s.run.reasoning
 	case "activity":
 		if cur := s.run.activities[string(id)]; cur == nil || authoritative {
 			o := own
-			s.run.activities[string(id)] = &o
+			put(&s.run.activities, string(id), &o)
 		}
 		return
 	}
-	if cur := bucket[string(id)]; cur == nil {
-		bucket[string(id)] = &entity{own: own}
+	if cur := (*bucket)[string(id)]; cur == nil {
+		put(bucket, string(id), &entity{own: own})
 	} else if authoritative {
 		cur.own = own
 	}
 	for _, tc := range m.GetArray("toolCalls") {
 		tid := tc.GetStringBytes("id")
 		if c := s.run.calls[string(tid)]; c == nil {
-			s.run.calls[string(tid)] = &call{id: string(tid), own: own}
+			put(&s.run.calls, string(tid), &call{id: string(tid), own: own})
 		} else if authoritative {
 			c.own = own
 		}

@@ -106,12 +106,8 @@ const msgTooManyCalls = "the response carried more tool calls than aguard tracks
 // in may be nil (no advertised tools, nothing answered).
 func NewStream(in *RunInput, opts Options) *Stream {
 	return &Stream{
-		in:       in,
-		opts:     opts,
-		run:      newRunState(),
-		known:    map[string]knownCall{},
-		declined: map[string]decline{},
-		answered: map[string]struct{}{},
+		in:   in,
+		opts: opts,
 
 		hollowAbove: hollowAbove,
 	}
