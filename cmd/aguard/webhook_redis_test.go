@@ -31,7 +31,8 @@ func TestServeDeliversTheWebhooksOfAKilledReplica(t *testing.T) {
 	streams := func(ctx context.Context) ([]string, error) {
 		return rc.Keys(ctx, "aguard:{wh:*}:deliveries").Result()
 	}
-	checkKilledReplicasWebhooksDelivered(t, []string{"--redis", srv.URL()}, rc, streams, []string{"/hook"})
+	runs := func(ctx context.Context) ([]string, error) { return rc.Keys(ctx, "aguard:runs:*").Result() }
+	checkKilledReplicasWebhooksDelivered(t, []string{"--redis", srv.URL()}, rc, streams, runs, []string{"/hook"})
 }
 
 // TestServeDeliversTheWebhooksOfAKilledReplicaOnARedisCluster is
@@ -89,7 +90,8 @@ func TestServeDeliversTheWebhooksOfAKilledReplicaOnARedisCluster(t *testing.T) {
 		}
 		return keys, err
 	}
-	checkKilledReplicasWebhooksDelivered(t, []string{"--redis-mode", "cluster", "--redis", c.URL()}, rc, found, paths, addr)
+	runs := func(ctx context.Context) ([]string, error) { return rc.Keys(ctx, "aguard:{registry}:runs:*").Result() }
+	checkKilledReplicasWebhooksDelivered(t, []string{"--redis-mode", "cluster", "--redis", c.URL()}, rc, found, runs, paths, addr)
 }
 
 // sameSet reports whether a and b hold the same strings.
@@ -112,12 +114,15 @@ func reserveAddr(t *testing.T) string {
 // checkKilledReplicasWebhooksDelivered runs a call through one aguard
 // process (with redisArgs) while the webhook receiver, at addr (or a free
 // address) with paths, is down; waits until every delivery stream that
-// streams finds holds deliveries that process has claimed; kills it (-9);
+// streams finds holds deliveries that process has claimed, and until the
+// run is withdrawn from the registry hashes runs finds (the ledger is
+// written behind the stream: killed before that, the process would leave
+// a run another replica ends as lost, with webhooks of its own); kills it (-9);
 // brings the receiver up and starts a second process: the second delivers
 // every queued webhook, under the delivery id the first gave it, within
 // 30 s.
 func checkKilledReplicasWebhooksDelivered(t *testing.T, redisArgs []string, rc redis.Cmdable,
-	streams func(context.Context) ([]string, error), paths []string, addr ...string) {
+	streams, runs func(context.Context) ([]string, error), paths []string, addr ...string) {
 	t.Helper()
 	bin := buildAguard(t)
 	agent := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -179,11 +184,16 @@ func checkKilledReplicasWebhooksDelivered(t *testing.T, redisArgs []string, rc r
 				queued = append(queued, e.Values["i"].(string))
 			}
 		}
-		if len(keys) == len(paths) && held == len(paths) {
+		live := int64(0)
+		regs, _ := runs(ctx)
+		for _, k := range regs {
+			live += rc.HLen(ctx, k).Val()
+		}
+		if len(keys) == len(paths) && held == len(paths) && live == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d webhook URLs have deliveries queued in redis and claimed by the first replica", held, len(paths))
+			t.Fatalf("%d of %d webhook URLs have deliveries queued in redis and claimed by the first replica; %d runs registered", held, len(paths), live)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
