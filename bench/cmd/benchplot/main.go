@@ -16,7 +16,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -33,28 +32,12 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/aguard/aguard/bench/internal/loadresult"
 )
 
-// result holds the fields of loadgen's JSON the figures use.
-type result struct {
-	Streams int   `json:"streams"`
-	Opened  int   `json:"opened"`
-	Events  int64 `json:"events"`
-	Latency *struct {
-		Samples int `json:"samples"`
-		CDF     []struct {
-			Q  float64 `json:"q"`
-			Ms float64 `json:"ms"`
-		} `json:"cdf"`
-	} `json:"latency"`
-	Procs []struct {
-		Name           string  `json:"name"`
-		CPUPerMEvents  float64 `json:"cpuSecondsPerMillionEvents"`
-		RSSBeforeKiB   int64   `json:"rssBeforeKiB"`
-		RSSAfterKiB    int64   `json:"rssAfterKiB"`
-		RSSPerStreamKB float64 `json:"rssPerStreamKiB"`
-	} `json:"procs"`
-}
+// result is one of loadgen's results, with the figures drawn from it.
+type result struct{ *loadresult.Result }
 
 func (r *result) proxyCPU() (float64, bool) {
 	for _, p := range r.Procs {
@@ -116,18 +99,11 @@ func main() {
 var errNoData = errors.New("no results for this figure")
 
 func load(path string) (*result, error) {
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
+	lr, err := loadresult.Load(path)
+	if lr == nil || err != nil {
 		return nil, err
 	}
-	var r result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &r, nil
+	return &result{lr}, nil
 }
 
 // nines maps a quantile to −log10(1 − q): 90 % is 1, 99 % is 2, and so on.

@@ -15,7 +15,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -25,42 +24,15 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/aguard/aguard/bench/internal/loadresult"
 )
 
-// result mirrors the fields of loadgen's JSON output that the report uses.
+// result is one of loadgen's results, with what run.sh recorded about the
+// machine before the run.
 type result struct {
-	Streams      int            `json:"streams"`
-	WindowS      float64        `json:"windowSeconds"`
-	LoadAvgStart string         `json:"loadAvgStart"`
-	Events       int64          `json:"events"`
-	EventsPerSec float64        `json:"eventsPerSecond"`
-	Errors       map[string]int `json:"errors"`
-	Opened       int            `json:"opened"`
-	RunsDone     int64          `json:"runsCompleted"`
-	Latency      *struct {
-		Samples int     `json:"samples"`
-		P50     float64 `json:"p50Ms"`
-		P99     float64 `json:"p99Ms"`
-		P999    float64 `json:"p999Ms"`
-		Max     float64 `json:"maxMs"`
-	} `json:"latency"`
-	Procs []struct {
-		Name           string  `json:"name"`
-		CPUSeconds     float64 `json:"cpuSeconds"`
-		CPUPerMEvents  float64 `json:"cpuSecondsPerMillionEvents"`
-		RSSBeforeKiB   int64   `json:"rssBeforeKiB"`
-		RSSAfterKiB    int64   `json:"rssAfterKiB"`
-		RSSPerStreamKB float64 `json:"rssPerStreamKiB"`
-	} `json:"procs"`
-	// Connections loadgen opened, and (-agent-stats) those the agent
-	// accepted and the runs it served, over the whole loadgen run.
-	ConsumerConns int64 `json:"consumerConnections"`
-	Agent         *struct {
-		Connections int64 `json:"connections"`
-		Runs        int64 `json:"runs"`
-	} `json:"agent"`
-	// Noise is what run.sh recorded about the machine before the run.
-	Noise string `json:"-"`
+	*loadresult.Result
+	Noise string
 }
 
 // proc returns the watched process named name, if any.
@@ -68,12 +40,8 @@ func (r *result) proc(name string) (cpuPerM, cpu, perStream float64, ok bool) {
 	if r == nil {
 		return 0, 0, 0, false
 	}
-	for _, p := range r.Procs {
-		if p.Name == name {
-			return p.CPUPerMEvents, p.CPUSeconds, p.RSSPerStreamKB, true
-		}
-	}
-	return 0, 0, 0, false
+	p, ok := r.Proc(name)
+	return p.CPUPerMEvents, p.CPUSeconds, p.RSSPerStreamKB, ok
 }
 
 // target is one column of the report.
@@ -129,22 +97,15 @@ func main() {
 
 // load reads one result; a missing file is a nil result.
 func load(dir, phase, target string) (*result, error) {
-	path := filepath.Join(dir, phase+"-"+target+".json")
-	b, err := os.ReadFile(path)
-	if os.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
+	lr, err := loadresult.Load(filepath.Join(dir, phase+"-"+target+".json"))
+	if lr == nil || err != nil {
 		return nil, err
 	}
-	var r result
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
+	r := &result{Result: lr}
 	if n, err := os.ReadFile(filepath.Join(dir, phase+"-"+target+".noise")); err == nil {
 		r.Noise = strings.TrimSpace(string(n))
 	}
-	return &r, nil
+	return r, nil
 }
 
 const dash = "—"

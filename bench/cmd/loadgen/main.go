@@ -53,6 +53,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aguard/aguard/bench/internal/loadresult"
 )
 
 // options are loadgen's flags.
@@ -118,7 +120,7 @@ func main() {
 	if o.streams <= 0 {
 		log.Fatal("loadgen: -streams must be positive")
 	}
-	var res *result
+	var res *loadresult.Result
 	var err error
 	if o.idle {
 		res, err = runIdle(&o)
@@ -136,7 +138,7 @@ func main() {
 		}
 		return
 	}
-	res.printTable(os.Stdout)
+	printTable(os.Stdout, res)
 }
 
 // checkURL accepts http URLs on loopback only.
@@ -158,40 +160,9 @@ func checkURL(s string) error {
 	return nil
 }
 
-// result is what one loadgen run measured.
-type result struct {
-	Label        string         `json:"label,omitempty"`
-	Mode         string         `json:"mode"`
-	URL          string         `json:"url"`
-	Streams      int            `json:"streams"`
-	WindowS      float64        `json:"windowSeconds"`
-	LoadAvgStart string         `json:"loadAvgStart"`
-	LoadAvgEnd   string         `json:"loadAvgEnd"`
-	RunsStarted  int64          `json:"runsStarted"`
-	RunsDone     int64          `json:"runsCompleted"`
-	Events       int64          `json:"events"`      // data frames received inside the window
-	EventsTotal  int64          `json:"eventsTotal"` // data frames received in all
-	EventsPerSec float64        `json:"eventsPerSecond"`
-	Errors       map[string]int `json:"errors"`
-	Latency      *latency       `json:"latency,omitempty"`
-	Opened       int            `json:"opened,omitempty"` // idle mode: streams open when memory was sampled
-	Procs        []procResult   `json:"procs"`
-	// Connections loadgen opened, over the whole run (ramp and warm-up
-	// included); with -agent-stats, those the agent accepted and the runs it
-	// served meanwhile.
-	ConsumerConns int64       `json:"consumerConnections"`
-	Agent         *agentStats `json:"agent,omitempty"`
-}
-
-// agentStats is agentsim's GET /stats, or the difference of two.
-type agentStats struct {
-	Connections int64 `json:"connections"`
-	Runs        int64 `json:"runs"`
-}
-
 // readAgentStats reads agentsim's counts.
-func readAgentStats(url string) (agentStats, error) {
-	var a agentStats
+func readAgentStats(url string) (loadresult.AgentStats, error) {
+	var a loadresult.AgentStats
 	resp, err := http.Get(url)
 	if err != nil {
 		return a, fmt.Errorf("-agent-stats: %w", err)
@@ -211,7 +182,7 @@ func readAgentStats(url string) (agentStats, error) {
 type countConns struct {
 	url    string
 	dialed atomic.Int64
-	agent0 agentStats
+	agent0 loadresult.AgentStats
 }
 
 func (c *countConns) begin() error {
@@ -223,7 +194,7 @@ func (c *countConns) begin() error {
 	return err
 }
 
-func (c *countConns) end(res *result) error {
+func (c *countConns) end(res *loadresult.Result) error {
 	res.ConsumerConns = c.dialed.Load()
 	if c.url == "" {
 		return nil
@@ -232,29 +203,8 @@ func (c *countConns) end(res *result) error {
 	if err != nil {
 		return err
 	}
-	res.Agent = &agentStats{Connections: a.Connections - c.agent0.Connections, Runs: a.Runs - c.agent0.Runs}
+	res.Agent = &loadresult.AgentStats{Connections: a.Connections - c.agent0.Connections, Runs: a.Runs - c.agent0.Runs}
 	return nil
-}
-
-// latency summarises the stamped events received inside the window, in
-// milliseconds.
-type latency struct {
-	Samples int     `json:"samples"`
-	P50     float64 `json:"p50Ms"`
-	P90     float64 `json:"p90Ms"`
-	P99     float64 `json:"p99Ms"`
-	P999    float64 `json:"p999Ms"`
-	Max     float64 `json:"maxMs"`
-	// CDF is the distribution at cdfQuantiles and at the maximum (q = 1):
-	// enough points to draw it, its tail included (benchplot).
-	CDF []cdfPoint `json:"cdf"`
-}
-
-// cdfPoint is one quantile of the latency: a fraction Q of the samples took
-// at most Ms milliseconds.
-type cdfPoint struct {
-	Q  float64 `json:"q"`
-	Ms float64 `json:"ms"`
 }
 
 // cdfQuantiles are the quantiles a latency's CDF is given at: every 5 % of
@@ -271,20 +221,9 @@ var cdfQuantiles = func() []float64 {
 	return qs
 }()
 
-// procResult is one watched process over the window.
-type procResult struct {
-	Name           string  `json:"name"`
-	PIDs           []int   `json:"pids"`
-	CPUSeconds     float64 `json:"cpuSeconds"`
-	CPUPerMEvents  float64 `json:"cpuSecondsPerMillionEvents"`
-	RSSBeforeKiB   int64   `json:"rssBeforeKiB"`
-	RSSAfterKiB    int64   `json:"rssAfterKiB"`
-	RSSPerStreamKB float64 `json:"rssPerStreamKiB,omitempty"` // idle mode
-}
-
 // sampler reads the watched processes at the window's edges.
 type sampler struct {
-	procs  []procResult
+	procs  []loadresult.Proc
 	cpu0   []float64
 	self   bool
 	selfT0 float64
@@ -293,9 +232,9 @@ type sampler struct {
 func newSampler(ws []watched) *sampler {
 	s := &sampler{}
 	for _, w := range ws {
-		s.procs = append(s.procs, procResult{Name: w.name, PIDs: family(w.pid)})
+		s.procs = append(s.procs, loadresult.Proc{Name: w.name, PIDs: family(w.pid)})
 	}
-	s.procs = append(s.procs, procResult{Name: "loadgen", PIDs: []int{os.Getpid()}})
+	s.procs = append(s.procs, loadresult.Proc{Name: "loadgen", PIDs: []int{os.Getpid()}})
 	return s
 }
 
@@ -404,7 +343,7 @@ type window struct{ start, end time.Time }
 func (w window) in(t time.Time) bool { return !t.Before(w.start) && t.Before(w.end) }
 
 // runStreams is stream mode.
-func runStreams(o *options) (*result, error) {
+func runStreams(o *options) (*loadresult.Result, error) {
 	c := &counters{errors: map[string]int{}}
 	cc := &countConns{url: o.agent}
 	if err := cc.begin(); err != nil {
@@ -417,7 +356,7 @@ func runStreams(o *options) (*result, error) {
 	win.end = win.start.Add(o.duration)
 	ctx, cancel := context.WithDeadline(context.Background(), win.end)
 	defer cancel()
-	res := &result{Label: o.label, Mode: "streams", URL: o.url, Streams: o.streams, WindowS: o.duration.Seconds(), LoadAvgStart: loadAvg()}
+	res := &loadresult.Result{Label: o.label, Mode: "streams", URL: o.url, Streams: o.streams, WindowS: o.duration.Seconds(), LoadAvgStart: loadAvg()}
 
 	var wg sync.WaitGroup
 	for i := range o.streams {
@@ -474,7 +413,7 @@ func runStreams(o *options) (*result, error) {
 }
 
 // runIdle is idle mode.
-func runIdle(o *options) (*result, error) {
+func runIdle(o *options) (*loadresult.Result, error) {
 	c := &counters{errors: map[string]int{}}
 	cc := &countConns{url: o.agent}
 	if err := cc.begin(); err != nil {
@@ -482,7 +421,7 @@ func runIdle(o *options) (*result, error) {
 	}
 	client := newClient(o.streams, cc)
 	s := newSampler(o.watch)
-	res := &result{Label: o.label, Mode: "idle", URL: o.url, Streams: o.streams, LoadAvgStart: loadAvg()}
+	res := &loadresult.Result{Label: o.label, Mode: "idle", URL: o.url, Streams: o.streams, LoadAvgStart: loadAvg()}
 	// Let the processes' memory settle from whatever came before.
 	time.Sleep(o.settle)
 	if err := s.begin(); err != nil {
@@ -659,7 +598,7 @@ func parseStamp(b []byte) (int64, bool) {
 	return 0, false
 }
 
-func summarise(ns []int64) *latency {
+func summarise(ns []int64) *loadresult.Latency {
 	if len(ns) == 0 {
 		return nil
 	}
@@ -668,18 +607,18 @@ func summarise(ns []int64) *latency {
 		i := int(p * float64(len(ns)-1))
 		return float64(ns[i]) / 1e6
 	}
-	l := &latency{Samples: len(ns), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999), Max: float64(ns[len(ns)-1]) / 1e6}
+	l := &loadresult.Latency{Samples: len(ns), P50: q(0.50), P90: q(0.90), P99: q(0.99), P999: q(0.999), Max: float64(ns[len(ns)-1]) / 1e6}
 	for _, p := range cdfQuantiles {
 		// A quantile finer than the samples can resolve is left out.
 		if (1-p)*float64(len(ns)) >= 1 {
-			l.CDF = append(l.CDF, cdfPoint{Q: p, Ms: q(p)})
+			l.CDF = append(l.CDF, loadresult.CDFPoint{Q: p, Ms: q(p)})
 		}
 	}
-	l.CDF = append(l.CDF, cdfPoint{Q: 1, Ms: l.Max})
+	l.CDF = append(l.CDF, loadresult.CDFPoint{Q: 1, Ms: l.Max})
 	return l
 }
 
-func (r *result) printTable(w io.Writer) {
+func printTable(w io.Writer, r *loadresult.Result) {
 	fmt.Fprintf(w, "%s %s  streams=%d  load %s -> %s\n", r.Mode, r.URL, r.Streams, r.LoadAvgStart, r.LoadAvgEnd)
 	if r.Mode == "idle" {
 		fmt.Fprintf(w, "opened %d of %d\n", r.Opened, r.Streams)
