@@ -1,8 +1,6 @@
 package main
 
 import (
-	"io"
-	"net/http"
 	"runtime"
 	"strconv"
 	"strings"
@@ -82,17 +80,8 @@ func TestServeCountsDecisionsApprovalsAndFirstBytes(t *testing.T) {
 		t.Errorf("approval wait count before the approval: %v", v)
 	}
 
-	req, _ := http.NewRequest("POST", "http://"+a.admin+"/v1/tool-calls/call-held-m/approve?threadId=thread-held-m",
-		strings.NewReader(`{"approvedBy":"reviewer"}`))
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("approve: %d %s", resp.StatusCode, b)
+	if code, b := adminDo(t, a.admin, "tok", "POST", "/v1/tool-calls/call-held-m/approve?threadId=thread-held-m", `{"approvedBy":"reviewer"}`); code != 200 {
+		t.Fatalf("approve: %d %s", code, b)
 	}
 	if v := m("aguard_approvals_pending"); v != 0 {
 		t.Errorf("aguard_approvals_pending after the approval: %v, want 0", v)

@@ -110,19 +110,12 @@ func TestServeRecordsReportsAndTracesAHiddenCall(t *testing.T) {
 		}
 
 		// The ledger holds the call, with its decision.
-		req, _ := http.NewRequest("GET", "http://"+a.admin+"/v1/tool-calls/call-"+tt.run+"?threadId=thread-"+tt.run, nil)
-		req.Header.Set("Authorization", "Bearer admin-tok")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		code, b := adminDo(t, a.admin, "admin-tok", "GET", "/v1/tool-calls/call-"+tt.run+"?threadId=thread-"+tt.run, "")
 		var rec struct {
 			Name, Status, DecisionID, DecisionReason string
 		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err := json.Unmarshal(b, &rec); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("%s: admin API %d %s (%v)", tt.run, resp.StatusCode, b, err)
+		if err := json.Unmarshal([]byte(b), &rec); err != nil || code != 200 {
+			t.Fatalf("%s: admin API %d %s (%v)", tt.run, code, b, err)
 		}
 		if rec.Name != tt.tool || rec.Status != tt.status || !decisionIDPattern.MatchString(rec.DecisionID) {
 			t.Errorf("%s: the ledger's record %s, want %s %s with a decision id", tt.run, b, tt.tool, tt.status)

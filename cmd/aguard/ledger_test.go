@@ -56,17 +56,10 @@ func waitHook(t *testing.T, hooks chan hookRecord, d time.Duration, match func(h
 	}
 }
 
+// adminGet is a GET of the admin API of a, with the token "tok".
 func adminGet(t *testing.T, a *started, path string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", "http://"+a.admin+path, nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return adminDo(t, a.admin, "tok", "GET", path, "")
 }
 
 // TestServeEndsTheCallsOfARunWhoseReplicaWasKilled runs two aguard processes

@@ -242,15 +242,9 @@ status:
 		t.Fatalf("call-2 was not denied by r2; the rest of the stream:\n%s", rest)
 	}
 
-	req, _ := http.NewRequest("GET", "http://"+a.admin+"/v1/tool-calls/call-1", nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	r1, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, b := adminDo(t, a.admin, "tok", "GET", "/v1/tool-calls/call-1", "")
 	var rec struct{ DecisionID string }
-	json.NewDecoder(r1.Body).Decode(&rec)
-	r1.Body.Close()
+	json.Unmarshal([]byte(b), &rec)
 	if rec.DecisionID == "" {
 		t.Fatal("the ledger has no decisionId for call-1")
 	}

@@ -275,16 +275,8 @@ func TestServeWiresLedgerWebhooksAndAdminToken(t *testing.T) {
 		t.Fatalf("run 2 without the answer: %d %s", resp.StatusCode, b)
 	}
 
-	req, _ = http.NewRequest("GET", "http://"+a.admin+"/v1/tool-calls/call-w1", nil)
-	req.Header.Set("Authorization", "Bearer admin-tok")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ = io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"status":"TOOL_EXECUTION_STATUS_EXECUTING"`) {
-		t.Fatalf("admin API: %d %s", resp.StatusCode, b)
+	if code, rec := adminDo(t, a.admin, "admin-tok", "GET", "/v1/tool-calls/call-w1", ""); code != 200 || !strings.Contains(rec, `"status":"TOOL_EXECUTION_STATUS_EXECUTING"`) {
+		t.Fatalf("admin API: %d %s", code, rec)
 	}
 	select {
 	case ev := <-hooks:
