@@ -85,7 +85,7 @@ type heldEvent struct {
 	// when it was queued (a TOOL_CALL_RESULT, a REASONING_ENCRYPTED_VALUE).
 	// Should that call be withheld before the event goes out, the event is
 	// the withheld call's, and is dropped.
-	cid string
+	cid []byte
 	// barrier: the event waits for every call held before it, and every
 	// event after it waits for it.
 	barrier bool
@@ -227,7 +227,7 @@ func (s *Stream) routeHeld(b *Batch, e *ev) {
 		s.hold.ghost = s.hold.ghost || closed
 	case c != nil && c.show == held:
 		s.hold.ghost = s.hold.ghost || closed
-		if !s.enqueue(b, c, e.typ, e.out, false, false, "") {
+		if !s.enqueue(b, c, e.typ, e.out, false, false, nil) {
 			return // denied: over --max-held
 		}
 		if e.typ == tToolResult {
@@ -240,7 +240,7 @@ func (s *Stream) routeHeld(b *Batch, e *ev) {
 		// An answer to a call of an earlier run that the consumer never saw.
 	default:
 		if wait := s.waits(e); wait || s.hold.barrier {
-			s.enqueue(b, nil, e.typ, e.out, wait, false, string(e.cid))
+			s.enqueue(b, nil, e.typ, e.out, wait, false, e.cid)
 			return
 		}
 		s.deliver(b, e.typ, e.out)
@@ -276,11 +276,6 @@ func (s *Stream) isWithheld(id []byte) bool {
 	return ok
 }
 
-func (s *Stream) withheldID(id string) bool {
-	_, ok := s.hold.withheld[id]
-	return ok
-}
-
 // put delivers one of aguard's own events: behind a waiting barrier, or to
 // the consumer now.
 func (s *Stream) put(b *Batch, typ string, js []byte) {
@@ -289,7 +284,7 @@ func (s *Stream) put(b *Batch, typ string, js []byte) {
 		return
 	}
 	if s.hold.barrier {
-		s.enqueue(b, nil, typ, js, false, true, "")
+		s.enqueue(b, nil, typ, js, false, true, nil)
 		return
 	}
 	s.emit(b, typ, js)
@@ -320,8 +315,8 @@ func (s *Stream) deliver(b *Batch, typ string, js []byte) {
 // makes room by denying the calls held longest, and goes out at once if that
 // lets it. aguard's own events (own) are small, one or two per call, and
 // never deny anything. cid is the toolCallId of an event about a call the
-// run has not started (heldEvent.cid), or empty.
-func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool, cid string) bool {
+// run has not started (heldEvent.cid), or nil; it is copied.
+func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool, cid []byte) bool {
 	cost := len(js) + heldEventBytes
 	over := func() bool {
 		return !own && (s.hold.bytes+cost > s.maxHeld() || len(s.hold.q) >= maxHeldEvents)
@@ -346,7 +341,7 @@ func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own boo
 	if s.done {
 		return false
 	}
-	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait, cid: cid})
+	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait, cid: bytes.Clone(cid)})
 	s.hold.bytes += cost
 	if wait {
 		s.hold.barrier = true
@@ -452,7 +447,7 @@ func (s *Stream) flush(b *Batch) {
 			heldBefore = true
 		case h.c != nil && h.c.withheld():
 			continue
-		case h.cid != "" && s.withheldID(h.cid):
+		case h.cid != nil && s.isWithheld(h.cid):
 			continue // about a call withheld since it was queued
 		case h.barrier && heldBefore:
 			blocked = true

@@ -276,7 +276,7 @@ func (s *Stream) decideIntroduced(b *Batch, e *ev) {
 			if c.show == held {
 				// Allowed, agent-side, its answer not there: the event
 				// waits with it for the answer or the end of the run.
-				s.enqueue(b, c, "", nil, false, true, "")
+				s.enqueue(b, c, "", nil, false, true, nil)
 			}
 		}
 	}
