@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"sync"
+	"syscall"
 )
 
 // ErrEventTooLarge reports an event larger than the configured maximum. The
@@ -79,12 +80,9 @@ var bom = []byte("\xEF\xBB\xBF")
 // ReadConfig.MaxEventSize counts it.
 func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 	return func(yield func([]byte, error) bool) {
-		if maxEvent <= 0 {
-			maxEvent = defaultMaxEvent
-		}
-		rd := reader{r: r, max: maxEvent, bom: true}
+		rd := NewReader(r, maxEvent)
 		for {
-			data, err := rd.next()
+			data, err := rd.Next()
 			if err == io.EOF {
 				return
 			}
@@ -98,6 +96,30 @@ func Events(r io.Reader, maxEvent int) iter.Seq2[[]byte, error] {
 		}
 	}
 }
+
+// Reader reads the events of a stream one at a time (Next): Events as a
+// pull reader, for a caller that must stop between reads of its source and
+// come back later, such as one reading a non-blocking socket. A read of the
+// source that fails with syscall.EAGAIN (nothing to read yet) does not end
+// the stream: Next returns that error once it has parsed every byte it
+// holds, and the next call of Next reads the source again.
+type Reader struct{ rd reader }
+
+// NewReader reads the events of r, each at most maxEvent bytes (maxEvent
+// <= 0 means 64 KiB).
+func NewReader(r io.Reader, maxEvent int) *Reader {
+	if maxEvent <= 0 {
+		maxEvent = defaultMaxEvent
+	}
+	return &Reader{rd: reader{r: r, max: maxEvent, bom: true}}
+}
+
+// Next returns the data of the next event that carries data: a read-only
+// slice into the reader's buffer, valid until the next call. At the end of
+// the stream it returns io.EOF; when the source has nothing to read yet,
+// an error that is syscall.EAGAIN (call again later); otherwise the error
+// that ends the stream, as Events yields it, and the same error after it.
+func (r *Reader) Next() ([]byte, error) { return r.rd.next() }
 
 // reader parses the event stream format of the HTML standard
 // (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation)
@@ -123,10 +145,11 @@ type reader struct {
 	end     int  // end of the bytes read
 	size    int  // bytes of the current event's lines parsed so far
 
-	bom    bool // at the start of the stream: a BOM is dropped
-	skipLF bool // the last line ended with a CR that was the last byte read: an LF right after it belongs to it
-	eof    bool
-	err    error // the read error that ends the stream, once the bytes before it are parsed
+	bom     bool // at the start of the stream: a BOM is dropped
+	blocked bool // the last read had nothing to give yet (EAGAIN)
+	skipLF  bool // the last line ended with a CR that was the last byte read: an LF right after it belongs to it
+	eof     bool
+	err     error // the read error that ends the stream, once the bytes before it are parsed
 
 	small [smallBuffer]byte
 }
@@ -180,6 +203,10 @@ func (r *reader) next() ([]byte, error) {
 				return nil, fmt.Errorf("sse: reading stream: %w", r.err)
 			}
 			return nil, io.EOF
+		}
+		if r.blocked {
+			r.blocked = false
+			return nil, syscall.EAGAIN
 		}
 		r.fill()
 	}
@@ -248,6 +275,10 @@ func (r *reader) fill() {
 	}
 	n, err := r.r.Read(r.buf[r.end:])
 	r.end += n
+	if errors.Is(err, syscall.EAGAIN) {
+		r.blocked = true // the bytes read are parsed first
+		return
+	}
 	if err != nil {
 		r.eof = true
 		if err != io.EOF {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/iotest"
 
@@ -391,6 +392,61 @@ func BenchmarkGoSSELarge(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+		}
+	}
+}
+
+// wouldBlock is a source that has nothing to read every other call, as a
+// non-blocking socket between an agent's writes.
+type wouldBlock struct {
+	chunks [][]byte
+	calls  int
+}
+
+func (w *wouldBlock) Read(b []byte) (int, error) {
+	w.calls++
+	if w.calls%2 == 1 {
+		return 0, syscall.EAGAIN
+	}
+	if len(w.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b, w.chunks[0])
+	if w.chunks[0] = w.chunks[0][n:]; len(w.chunks[0]) == 0 {
+		w.chunks = w.chunks[1:]
+	}
+	return n, nil
+}
+
+func TestReaderResumesAfterASourceThatWouldBlock(t *testing.T) {
+	stream := "data: one\n\ndata: t\r\ndata: wo\r\r: c\n\ndata: three\n\n"
+	// Every split of the stream into two reads, each read preceded by one
+	// that has nothing yet.
+	for cut := 0; cut <= len(stream); cut++ {
+		src := &wouldBlock{chunks: [][]byte{[]byte(stream[:cut]), []byte(stream[cut:])}}
+		rd := NewReader(src, 0)
+		var got []string
+		blocked := 0
+		for {
+			data, err := rd.Next()
+			if errors.Is(err, syscall.EAGAIN) {
+				blocked++
+				if blocked > 10 {
+					t.Fatalf("cut %d: EAGAIN %d times in a row", cut, blocked)
+				}
+				continue
+			}
+			blocked = 0
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("cut %d: %v", cut, err)
+			}
+			got = append(got, string(data))
+		}
+		if want := []string{"one", "t\nwo", "three"}; !slices.Equal(got, want) {
+			t.Fatalf("cut %d: events %q, want %q", cut, got, want)
 		}
 	}
 }

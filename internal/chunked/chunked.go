@@ -18,6 +18,7 @@ import (
 	"io"
 	"math"
 	"sync"
+	"syscall"
 )
 
 // Bounds of a chunked body's framing: a chunk-size line (hex digits,
@@ -108,7 +109,9 @@ func (c *Reader) Extra() bool { return c.extra }
 
 // Read fills b with body data. It returns io.EOF once the last chunk and
 // the trailers have been read, and io.ErrUnexpectedEOF when the connection
-// ends before that.
+// ends before that. A read of the connection that fails with
+// syscall.EAGAIN (a non-blocking connection with nothing to read yet) is
+// returned as it is and ends nothing: Read may be called again.
 func (c *Reader) Read(b []byte) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
@@ -158,6 +161,14 @@ func (c *Reader) Read(b []byte) (int, error) {
 					c.rpos, c.rend = 0, 0
 				}
 			}
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			// A non-blocking connection with nothing yet: not the end of
+			// the body; the caller reads again once it is readable.
+			if out > 0 {
+				return out, nil
+			}
+			return 0, err
 		}
 		if err == io.EOF && c.state != chunkDone {
 			err = io.ErrUnexpectedEOF

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http/httputil"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -170,3 +171,55 @@ func TestChunkedBodyReadsABacklogInLargeReads(t *testing.T) {
 type readFunc func([]byte) (int, error)
 
 func (f readFunc) Read(b []byte) (int, error) { return f(b) }
+
+// eagainReader has nothing to read every other call, as a non-blocking
+// socket between an agent's writes.
+type eagainReader struct {
+	r     io.Reader
+	calls int
+}
+
+func (e *eagainReader) Read(b []byte) (int, error) {
+	if e.calls++; e.calls%2 == 1 {
+		return 0, syscall.EAGAIN
+	}
+	return e.r.Read(b)
+}
+
+// TestAReadThatWouldBlockEndsNothing pins that a connection with nothing
+// to read yet (EAGAIN) is reported as such and the body reads on after it,
+// whole, as net/http reads it.
+func TestAReadThatWouldBlockEndsNothing(t *testing.T) {
+	body := "1d\r\ndata: {\"type\":\"RUN_STARTED\"}\n\r\n3;ext=1\r\n\n\n\n\r\n" +
+		strings.Repeat("40\r\n"+strings.Repeat("x", 64)+"\r\n", 20) + "0\r\n\r\n"
+	want, err := io.ReadAll(httputil.NewChunkedReader(strings.NewReader(body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []int{1, 7, 300, len(body)} {
+		for _, size := range []int{16, 512, 4096} {
+			c := NewReader(nil, &eagainReader{r: stepReader{strings.NewReader(body), step}}, nil)
+			buf := make([]byte, size)
+			var got []byte
+			for calls := 0; ; calls++ {
+				if calls > 4*len(body) {
+					t.Fatalf("step %d, size %d: no end after %d reads", step, size, calls)
+				}
+				n, rerr := c.Read(buf)
+				got = append(got, buf[:n]...)
+				if errors.Is(rerr, syscall.EAGAIN) {
+					continue
+				}
+				if rerr == io.EOF {
+					break
+				}
+				if rerr != nil {
+					t.Fatalf("step %d, size %d: %v", step, size, rerr)
+				}
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("step %d, size %d: read %q, want %q", step, size, got, want)
+			}
+		}
+	}
+}
