@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aguard/aguard/agui"
@@ -38,14 +40,14 @@ func (e idleError) Error() string {
 // socket through the checks to the consumer's socket without changing
 // goroutine. What can end a stream from outside — the consumer leaving
 // (watchConsumer, hangup.go), the drain timeout (Proxy.Drain) or Close, the
-// agent going silent (tick) — closes the agent's connection, which
-// interrupts the pump's blocked read.
+// agent going silent (tick) — shuts the agent's connection down, which
+// ends the pump's wait for the agent.
 //
 // Output is written to the hijacked connection as HTTP/1.1 chunks, flushed
-// just before each upstream read: no event waits for the agent's next bytes,
-// and events that arrived together go out in one write. When the stream
-// ends, an HTTP/1.1 consumer's connection is kept for its next request
-// (serveNext) unless it asked for Connection: close.
+// just before the pump waits for the agent: no event waits for the agent's
+// next bytes, and events that arrived together go out in one write. When
+// the stream ends, an HTTP/1.1 consumer's connection is kept for its next
+// request (serveNext) unless it asked for Connection: close.
 type stream struct {
 	p *Proxy
 	// ctx is the request's context (Proxy.handle), cancelled (cancel) with
@@ -67,6 +69,7 @@ type stream struct {
 	// keep: the consumer's connection is kept after the stream (HTTP/1.1,
 	// and no Connection: close).
 	keep bool
+	fed  bool // the pump has fed the stream's first event (step)
 
 	// Upstream side, guarded by umu: once the pump releases the answer,
 	// nothing may touch it.
@@ -331,9 +334,12 @@ func (s *stream) run(c net.Conn) (keep bool) {
 // "completed" (the agent's body ended), "ended" (aguard ended it: violation,
 // limit, silence), "consumer_gone", or "shutdown".
 func (s *stream) pump() string {
-	p := s.p
 	if s.ans.body == nil {
 		return s.emit(s.pipe.End(nil), 0, "completed")
+	}
+	rd := sse.NewReader(upstreamReader{s}, int(s.p.opt.MaxEvent))
+	if raw, w := s.ans.rawRead(); raw != nil {
+		return s.pumpRaw(raw, w, rd)
 	}
 	// Flush before every read of the agent's socket: those are the reads
 	// that may block. (The body reader above it may hand back an event it
@@ -342,47 +348,87 @@ func (s *stream) pump() string {
 	c := s.ans.conn
 	c.beforeRead = s.flushForRead
 	defer func() { c.beforeRead = nil }()
-	first := true
-	for data, err := range sse.Events(upstreamReader{s}, int(p.opt.MaxEvent)) {
-		if err != nil {
-			cause := s.interruption()
-			var idle idleError
-			switch {
-			case errors.Is(cause, errConsumerGone):
-				return "consumer_gone"
-			case errors.Is(cause, errShutdown):
-				return s.emit(s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out"), 0, "shutdown")
-			case errors.As(cause, &idle):
-				p.m.upstreamErrors.WithLabelValues("idle").Inc()
-				return s.emit(s.pipe.End(idle), 0, "ended")
-			case errors.Is(err, sse.ErrEventTooLarge):
-				p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
-				return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), 0, "ended")
-			default:
-				p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
-				s.log.WarnContext(s.ctx, "agent stream broke", "err", err)
-				return s.emit(s.pipe.End(err), 0, "completed")
+	for {
+		if end := s.step(rd.Next()); end != "" {
+			return end
+		}
+	}
+}
+
+// pumpRaw is pump for a chunked answer on a plain TCP connection: the
+// events are moved inside the connection's RawConn.Read, whose function
+// reads the socket without blocking (wire.readFD) and returns false, to
+// wait for the agent's next bytes, only once a short read has drained the
+// socket and the pending output is flushed. A wait costs no read that finds
+// nothing, as nginx's edge-triggered event loop waits: Go's netpoller
+// reads until EAGAIN before it parks a reader, a system call per event
+// when events come one at a time. Interruptions shut the connection down
+// (reply.abort) instead of closing it, which would wait for this read.
+func (s *stream) pumpRaw(raw syscall.RawConn, w *wire, rd *sse.Reader) string {
+	end := ""
+	err := raw.Read(func(fd uintptr) bool {
+		w.fd, w.drained = int(fd), false
+		for end == "" {
+			data, err := rd.Next()
+			if errors.Is(err, syscall.EAGAIN) {
+				if s.flushForRead() != nil {
+					return true // end is set below
+				}
+				return false
 			}
+			end = s.step(data, err)
 		}
-		var out *Output
-		if first {
-			first = false
-			out = s.feedAside(data)
-		} else {
-			out = s.pipe.Feed(s.ctx, data)
+		return true
+	})
+	w.fd = -1
+	if end == "" {
+		if err == nil {
+			err = errConsumerGone // flushForRead failed: the consumer is gone
 		}
-		end := ""
-		if out.Done {
-			end = "ended"
-		}
-		if r := s.emit(out, len(data), end); r != "" {
-			return r
+		end = s.step(nil, err)
+	}
+	return end
+}
+
+// step handles what the agent's stream gave: an event's data, its end
+// (io.EOF) or the error that broke it. It returns how the stream ended, or
+// "" while it goes on.
+func (s *stream) step(data []byte, err error) string {
+	p := s.p
+	if err != nil {
+		cause := s.interruption()
+		var idle idleError
+		switch {
+		case errors.Is(cause, errConsumerGone):
+			return "consumer_gone"
+		case errors.Is(cause, errShutdown):
+			return s.emit(s.pipe.Abort(agui.CodeShutdown, "aguard is shutting down and the drain timeout ran out"), 0, "shutdown")
+		case errors.As(cause, &idle):
+			p.m.upstreamErrors.WithLabelValues("idle").Inc()
+			return s.emit(s.pipe.End(idle), 0, "ended")
+		case err == io.EOF:
+			return s.emit(s.pipe.End(nil), 0, "completed")
+		case errors.Is(err, sse.ErrEventTooLarge):
+			p.m.upstreamErrors.WithLabelValues("event_too_large").Inc()
+			return s.emit(s.pipe.Abort(agui.CodeLimitExceeded, fmt.Sprintf("an event from the agent exceeded the limit of %d bytes", p.opt.MaxEvent)), 0, "ended")
+		default:
+			p.m.upstreamErrors.WithLabelValues("stream_broken").Inc()
+			s.log.WarnContext(s.ctx, "agent stream broke", "err", err)
+			return s.emit(s.pipe.End(err), 0, "completed")
 		}
 	}
-	if cause := s.interruption(); errors.Is(cause, errConsumerGone) {
-		return "consumer_gone"
+	var out *Output
+	if !s.fed {
+		s.fed = true
+		out = s.feedAside(data)
+	} else {
+		out = s.pipe.Feed(s.ctx, data)
 	}
-	return s.emit(s.pipe.End(nil), 0, "completed")
+	end := ""
+	if out.Done {
+		end = "ended"
+	}
+	return s.emit(out, len(data), end)
 }
 
 // feedAside feeds the stream's first event (RUN_STARTED, or what the

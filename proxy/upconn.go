@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aguard/aguard/internal/chunked"
@@ -117,7 +118,7 @@ func (p *pool) dial(ctx context.Context) (*upConn, error) {
 		return nil, err
 	}
 	c := &upConn{pool: p, tcp: tcp}
-	c.conn = &wire{Conn: tcp, c: c}
+	c.conn = &wire{Conn: tcp, c: c, fd: -1}
 	if p.tls != nil {
 		tc := tls.Client(c.conn, p.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
@@ -153,7 +154,7 @@ func (p *pool) pop() *upConn {
 func (p *pool) put(c *upConn) {
 	now := time.Now()
 	p.mu.Lock()
-	if p.closed || c.peerGone.Load() || c.closed.Load() {
+	if p.closed || c.peerGone.Load() || c.closed.Load() || c.shut.Load() {
 		p.mu.Unlock()
 		c.close()
 		return
@@ -299,6 +300,7 @@ type upConn struct {
 	answered  time.Time
 	closeOnce sync.Once
 	closed    atomic.Bool
+	shut      atomic.Bool // shutdown ended its use: it is never reused
 	peerGone  atomic.Bool // the agent closed or reset it
 
 	// Guarded by pool.mu.
@@ -336,14 +338,44 @@ func (c *upConn) close() {
 	})
 }
 
+// shutdown ends the connection's use at once without closing its
+// descriptor: the agent sees its request cancelled, and a read of it
+// returns, whether blocked in Go's netpoller or made by a stream pumping
+// the answer inside the connection's RawConn.Read (stream.pumpRaw), which
+// Close would wait for. It never blocks, and may be called from any
+// goroutine; the connection is closed when its answer is released.
+func (c *upConn) shutdown() {
+	c.shut.Store(true)
+	tc, ok := c.tcp.(interface {
+		CloseRead() error
+		CloseWrite() error
+	})
+	if !ok {
+		c.close()
+		return
+	}
+	tc.CloseRead()
+	tc.CloseWrite()
+}
+
 // wire is the TCP side of an upConn: it counts what it reads and runs the
 // stream's flush before each read.
 type wire struct {
 	net.Conn
 	c *upConn
+	// fd is the socket while a stream pumps the answer inside the
+	// connection's RawConn.Read (stream.pumpRaw), -1 otherwise: Read then
+	// reads it directly and never blocks. drained: the last such read was
+	// short, so the socket held nothing more; the next Read reports EAGAIN
+	// without a system call, until the socket is readable again.
+	fd      int
+	drained bool
 }
 
 func (w *wire) Read(b []byte) (int, error) {
+	if w.fd >= 0 {
+		return w.readFD(b)
+	}
 	if f := w.c.beforeRead; f != nil {
 		if err := f(); err != nil {
 			return 0, err
@@ -478,10 +510,33 @@ func (a *reply) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// abort closes the connection: a Read blocked on it returns, and the agent
-// sees its request cancelled. It may be called from any goroutine until
-// release.
-func (a *reply) abort() { a.conn.close() }
+// abort ends the connection's use (upConn.shutdown): a Read of it returns,
+// and the agent sees its request cancelled. It never blocks, and may be
+// called from any goroutine until release, which closes the connection.
+func (a *reply) abort() { a.conn.shutdown() }
+
+// rawRead returns the connection's RawConn and its wire when the answer's
+// body may be pumped inside RawConn.Read (stream.pumpRaw): a chunked body,
+// read by aguard's own decoder, on a plain TCP connection, where the
+// platform lets the wire read the socket directly (wireReadsFD).
+func (a *reply) rawRead() (syscall.RawConn, *wire) {
+	if !wireReadsFD || a.ch == nil {
+		return nil, nil
+	}
+	w, ok := a.conn.conn.(*wire)
+	if !ok { // TLS: its records are read through crypto/tls
+		return nil, nil
+	}
+	sc, ok := w.Conn.(syscall.Conn)
+	if !ok {
+		return nil, nil
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, nil
+	}
+	return raw, w
+}
 
 // dropHead lets the answer's head go once it has been copied, when the
 // body no longer needs it (a chunked body, read by a chunked.Reader): a

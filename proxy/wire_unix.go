@@ -1,0 +1,42 @@
+//go:build unix
+
+package proxy
+
+import (
+	"io"
+	"os"
+	"syscall"
+)
+
+// wireReadsFD: the wire can read its socket directly (wire.readFD).
+const wireReadsFD = true
+
+// readFD reads the socket without blocking. It is called only inside the
+// connection's RawConn.Read, which keeps the descriptor open meanwhile. A
+// short read means the socket had nothing more: the next call reports
+// EAGAIN without reading, so that waiting for the agent's next bytes costs
+// no read that finds nothing (Go's netpoller reports readiness edge-
+// triggered, and RawConn.Read keeps an edge that arrives between a read and
+// its wait).
+func (w *wire) readFD(b []byte) (int, error) {
+	if w.drained {
+		return 0, syscall.EAGAIN
+	}
+	for {
+		n, err := syscall.Read(w.fd, b)
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			w.drained = true
+			return 0, err
+		case err != nil:
+			return 0, os.NewSyscallError("read", err)
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		}
+		w.drained = n < len(b)
+		w.c.read += int64(n)
+		return n, nil
+	}
+}
