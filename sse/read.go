@@ -249,10 +249,11 @@ func (r *reader) line(line []byte, eol int) (data []byte, ok bool, err error) {
 	return nil, false, nil
 }
 
-// fill reads more bytes, first making room when the buffer is full: the
-// bytes still needed (the current event's data and what is not parsed yet)
-// move to the front of the buffer, or to one twice its size when they fill
-// more than half of it. A buffer larger than the small one is given back
+// fill reads more bytes, first making room when less than an eighth of the
+// buffer is left, or when it holds nothing still needed: the bytes still
+// needed (the current event's data and what is not parsed yet) move to the
+// front of the buffer, or to one twice its size when they fill more than
+// half of it. A buffer larger than the small one is given back
 // once it holds nothing that needs it: at once when it holds nothing at all
 // (the read may block for as long as the agent is silent), and when it is
 // larger than keepBuffer, once what it holds fits in half of keepBuffer.
@@ -267,7 +268,12 @@ func (r *reader) fill() {
 		r.swap(r.small[:], nil)
 	case len(r.buf) > keepBuffer && live <= keepBuffer/2:
 		r.swap(getBuffer(max(startBuffer, 2*live)))
-	case r.end < len(r.buf): // room left to read into
+	case live == 0 && r.end > 0:
+		// Nothing to keep: read from the start, so that one read can take
+		// as much as the buffer holds (an event that arrives alone is one
+		// read, not two split at the buffer's end).
+		r.move(r.buf)
+	case len(r.buf)-r.end >= len(r.buf)/8: // room left to read into
 	case live > len(r.buf)/2:
 		r.swap(getBuffer(max(startBuffer, min(2*len(r.buf), r.max+startBuffer))))
 	default:
