@@ -291,10 +291,12 @@ type upConn struct {
 	// pending output there, since the read may block.
 	beforeRead func() error
 	// read counts the bytes read from the socket; requests, the requests
-	// started. Both belong to the goroutine using the connection.
-	read      int64
-	requests  int
-	stopWatch func()
+	// started; socketReads, the system calls reading the socket directly
+	// (wire.readFD). All belong to the goroutine using the connection.
+	read        int64
+	requests    int
+	socketReads int
+	stopWatch   func()
 	// answered is when the last answer ended (its last byte read): the
 	// agent's idle clock started about then.
 	answered  time.Time

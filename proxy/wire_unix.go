@@ -24,6 +24,7 @@ func (w *wire) readFD(b []byte) (int, error) {
 	}
 	for {
 		n, err := syscall.Read(w.fd, b)
+		w.c.socketReads++
 		switch {
 		case err == syscall.EINTR:
 			continue
