@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -44,19 +45,25 @@ func TestWaitingForTheAgentReadsNothing(t *testing.T) {
 	resp := h.post(t, ctx, "/", runInput("t", "r"))
 	defer resp.Body.Close()
 	f := &frames{r: bufio.NewReader(resp.Body)}
-	for i := 0; ; i++ {
+	got := 0
+	for ; ; got++ {
 		ev, err := f.next()
-		if err != nil {
-			t.Fatalf("after %d events: %v", i, err)
+		if err == io.EOF {
+			break // read to the end: the consumer does not leave while the stream ends
 		}
-		if i >= 1 && i <= n {
+		if err != nil {
+			t.Fatalf("after %d events: %v", got, err)
+		}
+		if got >= 1 && got <= n {
 			next <- struct{}{}
 		}
-		if field(t, ev, "type") == "RUN_FINISHED" {
-			break
+		if got == 0 && field(t, ev, "type") != "RUN_STARTED" {
+			t.Fatalf("first event %s", ev)
 		}
 	}
-	resp.Body.Close()
+	if got != n+4 {
+		t.Fatalf("%d events, want %d", got, n+4)
+	}
 
 	// The run is over when its connection is back in the pool.
 	pool := h.p.upstreams[0].pool

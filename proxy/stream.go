@@ -337,17 +337,18 @@ func (s *stream) pump() string {
 	if s.ans.body == nil {
 		return s.emit(s.pipe.End(nil), 0, "completed")
 	}
+	// Flush before every read of the agent's socket: those are the reads
+	// that may block, or (pumpRaw) that come before a wait. (The body
+	// reader above it may hand back an event it already holds without
+	// touching the socket; flushing there would write a backlog one event
+	// at a time.)
+	c := s.ans.conn
+	c.beforeRead = s.flushForRead
+	defer func() { c.beforeRead = nil }()
 	rd := sse.NewReader(upstreamReader{s}, int(s.p.opt.MaxEvent))
 	if raw, w := s.ans.rawRead(); raw != nil {
 		return s.pumpRaw(raw, w, rd)
 	}
-	// Flush before every read of the agent's socket: those are the reads
-	// that may block. (The body reader above it may hand back an event it
-	// already holds without touching the socket; flushing there would
-	// write a backlog one event at a time.)
-	c := s.ans.conn
-	c.beforeRead = s.flushForRead
-	defer func() { c.beforeRead = nil }()
 	for {
 		if end := s.step(rd.Next()); end != "" {
 			return end
@@ -359,7 +360,8 @@ func (s *stream) pump() string {
 // events are moved inside the connection's RawConn.Read, whose function
 // reads the socket without blocking (wire.readFD) and returns false, to
 // wait for the agent's next bytes, only once a short read has drained the
-// socket and the pending output is flushed. A wait costs no read that finds
+// socket and the pending output is flushed (as before every read of the
+// socket). A wait costs no read that finds
 // nothing, as nginx's edge-triggered event loop waits: Go's netpoller
 // reads until EAGAIN before it parks a reader, a system call per event
 // when events come one at a time. Interruptions shut the connection down

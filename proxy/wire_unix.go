@@ -17,10 +17,17 @@ const wireReadsFD = true
 // EAGAIN without reading, so that waiting for the agent's next bytes costs
 // no read that finds nothing (Go's netpoller reports readiness edge-
 // triggered, and RawConn.Read keeps an edge that arrives between a read and
-// its wait).
+// its wait). Like Read, it runs the stream's flush before each read of the
+// socket: under a backlog, where no read is short, output still goes out
+// a read's worth at a time.
 func (w *wire) readFD(b []byte) (int, error) {
 	if w.drained {
 		return 0, syscall.EAGAIN
+	}
+	if f := w.c.beforeRead; f != nil {
+		if err := f(); err != nil {
+			return 0, err
+		}
 	}
 	for {
 		n, err := syscall.Read(w.fd, b)
