@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 )
@@ -85,5 +86,116 @@ func TestWaitingForTheAgentReadsNothing(t *testing.T) {
 	}
 	if reads < n {
 		t.Fatalf("%d reads of the agent's socket for %d events sent one at a time: the pump did not read it directly", reads, n)
+	}
+}
+
+// TestAnAgentClosingRightAfterAnEventEndsTheStreamAtOnce pins that the
+// agent's close is seen even when it arrives with the last bytes before
+// it, in the same wake-up: a read that returns those bytes without the
+// close (a short read, the socket drained of data) must not make the pump
+// wait for a readiness that already came. The stream ends with
+// AGUARD_UPSTREAM_LOST long before the idle limit.
+func TestAnAgentClosingRightAfterAnEventEndsTheStreamAtOnce(t *testing.T) {
+	for round := range 20 {
+		next := make(chan struct{})
+		agent := func(w http.ResponseWriter, r *http.Request) {
+			conn, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			chunk := func(s string) { fmt.Fprintf(brw, "%x\r\n%s\r\n", len(s), s) }
+			brw.WriteString("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+			chunk(frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+			brw.Flush()
+			select {
+			case <-next: // the pump waits for the agent
+			case <-r.Context().Done():
+				return
+			}
+			chunk(frame(`{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`))
+			brw.Flush()
+			conn.Close() // at once: the close follows the event on the wire
+		}
+		h := newHarness(t, agent, func(o *Options) { o.UpstreamIdleTimeout = time.Hour })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		resp := h.post(t, ctx, "/agent", runInput("t", "r"))
+		f := &frames{r: bufio.NewReader(resp.Body)}
+		var got []string
+		for {
+			ev, err := f.next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatalf("round %d, after %d events: %v", round, len(got), err)
+			}
+			got = append(got, field(t, ev, "type"))
+			if len(got) == 1 {
+				close(next)
+			}
+		}
+		resp.Body.Close()
+		cancel()
+		if want := []string{"RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_END", "RUN_ERROR"}; len(got) < 2 || got[len(got)-1] != "RUN_ERROR" || got[1] != "TEXT_MESSAGE_START" {
+			t.Fatalf("round %d: events %v, want %v", round, got, want)
+		}
+	}
+}
+
+// TestConsumersLeavingBusyStreamsEndThemAll pins that a stream whose
+// consumer leaves ends while its agent is still sending: aguard shuts the
+// agent's connection down, the agent closes it, and that close may come in
+// the same readiness as the agent's last events.
+func TestConsumersLeavingBusyStreamsEndThemAll(t *testing.T) {
+	const streams = 100
+	agent := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`)+
+			frame(`{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`))
+		w.(http.Flusher).Flush()
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+				fmt.Fprint(w, frame(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}`))
+				w.(http.Flusher).Flush()
+			}
+		}
+	}
+	h := newHarness(t, agent, func(o *Options) { o.UpstreamIdleTimeout = time.Hour })
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			resp := h.post(t, ctx, "/agent", runInput(fmt.Sprint("t", i), "r"))
+			f := &frames{r: bufio.NewReader(resp.Body)}
+			for range 5 + i%7 {
+				if _, err := f.next(); err != nil {
+					t.Errorf("stream %d: %v", i, err)
+					break
+				}
+			}
+			cancel() // the consumer leaves
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		h.p.mu.Lock()
+		open := len(h.p.streams)
+		h.p.mu.Unlock()
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d streams still open 15 s after their consumers left", open, streams)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -365,10 +365,14 @@ func (s *stream) pump() string {
 // nothing, as nginx's edge-triggered event loop waits: Go's netpoller
 // reads until EAGAIN before it parks a reader, a system call per event
 // when events come one at a time. Interruptions shut the connection down
-// (reply.abort) instead of closing it, which would wait for this read.
+// (reply.abort) instead of closing it, which would wait for this read; the
+// shutdown and the agent's close wake the wait (upConn.poke).
 func (s *stream) pumpRaw(raw syscall.RawConn, w *wire, rd *sse.Reader) string {
+	c := s.ans.conn
+	c.pumping.Store(true)
+	defer c.pumping.Store(false)
 	end := ""
-	err := raw.Read(func(fd uintptr) bool {
+	pump := func(fd uintptr) bool {
 		w.fd, w.drained = int(fd), false
 		for end == "" {
 			data, err := rd.Next()
@@ -381,7 +385,14 @@ func (s *stream) pumpRaw(raw syscall.RawConn, w *wire, rd *sse.Reader) string {
 			end = s.step(data, err)
 		}
 		return true
-	})
+	}
+	err := raw.Read(pump)
+	for end == "" && errors.Is(err, os.ErrDeadlineExceeded) {
+		// Poked (upConn.poke): the agent closed the connection, or it was
+		// shut down. Read on to the end.
+		c.tcp.SetReadDeadline(time.Time{})
+		err = raw.Read(pump)
+	}
 	w.fd = -1
 	if end == "" {
 		if err == nil {

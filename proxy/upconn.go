@@ -304,6 +304,9 @@ type upConn struct {
 	closed    atomic.Bool
 	shut      atomic.Bool // shutdown ended its use: it is never reused
 	peerGone  atomic.Bool // the agent closed or reset it
+	// pumping: a stream pumps the answer inside RawConn.Read
+	// (stream.pumpRaw); the agent's close and shutdown wake it (poke).
+	pumping atomic.Bool
 
 	// Guarded by pool.mu.
 	pooled     bool
@@ -313,7 +316,25 @@ type upConn struct {
 }
 
 // hungUp implements watcher: the agent closed the connection.
-func (c *upConn) hungUp() { c.pool.agentClosed(c) }
+func (c *upConn) hungUp() {
+	c.pool.agentClosed(c)
+	c.poke()
+}
+
+// poke wakes a stream pumping the answer (stream.pumpRaw) once the agent
+// has closed the connection or aguard has shut it down: the close may have
+// come in the same readiness as the bytes before it, which a read returned
+// without it, so no readiness is left to wait for. A read deadline in the
+// past ends the wait; the pump then reads on, trusting no short read
+// (wire.readFD), until it reads the end.
+func (c *upConn) poke() {
+	if c.pumping.Load() {
+		c.tcp.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed.
+var aLongTimeAgo = time.Unix(1, 0)
 
 // unfit says why an idle connection, just taken from the pool, must not
 // carry a request: the agent closed it (agent_closed), or it has been idle
@@ -358,6 +379,7 @@ func (c *upConn) shutdown() {
 	}
 	tc.CloseRead()
 	tc.CloseWrite()
+	c.poke()
 }
 
 // wire is the TCP side of an upConn: it counts what it reads and runs the
@@ -519,10 +541,13 @@ func (a *reply) abort() { a.conn.shutdown() }
 
 // rawRead returns the connection's RawConn and its wire when the answer's
 // body may be pumped inside RawConn.Read (stream.pumpRaw): a chunked body,
-// read by aguard's own decoder, on a plain TCP connection, where the
-// platform lets the wire read the socket directly (wireReadsFD).
+// read by aguard's own decoder, on a plain TCP connection the hangup
+// watcher watches, where the platform lets the wire read the socket
+// directly (wireReadsFD).
 func (a *reply) rawRead() (syscall.RawConn, *wire) {
-	if !wireReadsFD || a.ch == nil {
+	if !wireReadsFD || a.ch == nil || a.conn.stopWatch == nil {
+		// Without the hangup watcher, nothing would wake the pump when
+		// the agent's close comes with its last bytes (upConn.poke).
 		return nil, nil
 	}
 	w, ok := a.conn.conn.(*wire)

@@ -43,7 +43,10 @@ func (w *wire) readFD(b []byte) (int, error) {
 		case n == 0 && len(b) > 0:
 			return 0, io.EOF
 		}
-		w.drained = n < len(b)
+		// A short read drains the socket of data, not of the agent's close
+		// or aguard's shutdown: once either has happened, read on to the
+		// end (poke).
+		w.drained = n < len(b) && !w.c.peerGone.Load() && !w.c.shut.Load()
 		w.c.read += int64(n)
 		return n, nil
 	}
