@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# bench/syscalls.sh — the system calls a proxy makes per event at the paced
+# load (STREAMS streams × RATE events/s), counted by strace -c over WINDOW
+# seconds in the middle of a loadgen run: nginx (SSE config, as run.sh
+# runs it) and one aguard build per REF (a git ref, or "." for the working
+# tree). strace slows the traced process, so read the counts, not the times.
+#
+#   bash bench/syscalls.sh              # nginx and the working tree
+#   bash bench/syscalls.sh main .       # nginx, main, the working tree
+#
+# Needs strace and nginx (apt-get install -y strace nginx-light). Everything
+# listens on 127.0.0.1; every process started here is stopped on exit.
+# Writes a Markdown table to stdout.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE_PORT=${BASE_PORT:-18550}
+SIM_PORT=$((BASE_PORT + 1))
+PROXY_PORT=$((BASE_PORT + 2))
+ADMIN_PORT=$((BASE_PORT + 3))
+STREAMS=${STREAMS:-1000}
+RATE=${RATE:-20}
+WINDOW=${WINDOW:-5}
+REFS=("$@")
+((${#REFS[@]})) || REFS=(.)
+
+WORK=$(mktemp -d /tmp/aguard-syscalls.XXXXXX)
+PIDS=()
+log() { printf '[syscalls.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+stop() {
+	local pid
+	for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
+}
+cleanup() {
+	stop "${PIDS[@]}"
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+await() { # await PORT
+	for _ in $(seq 100); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+		sleep 0.1
+	done
+	die "nothing listens on 127.0.0.1:$1"
+}
+command -v strace >/dev/null || die "strace is not installed (apt-get install -y strace)"
+NGINX=$(command -v nginx || true)
+[[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
+
+log "building agentsim and loadgen from the working tree"
+(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
+for ref in "${REFS[@]}"; do
+	name=${ref//\//_}
+	if [[ $ref == . ]]; then
+		(cd "$ROOT" && go build -o "$WORK/aguard-worktree" ./cmd/aguard)
+	else
+		mkdir -p "$WORK/src-$name"
+		git -C "$ROOT" archive "$ref" | tar -x -C "$WORK/src-$name"
+		(cd "$WORK/src-$name" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
+	fi
+	log "built aguard at $ref"
+done
+
+mkdir -p "$WORK/nginx/tmp"
+cat >"$WORK/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes auto;
+worker_rlimit_nofile $(ulimit -n);
+pid nginx.pid;
+error_log error.log warn;
+events { worker_connections $(ulimit -n); }
+http {
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    upstream agent { server 127.0.0.1:$SIM_PORT; keepalive 256; }
+    server {
+        listen 127.0.0.1:$PROXY_PORT;
+        location / {
+            proxy_pass http://agent;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 1h;
+        }
+    }
+}
+CONF
+
+"$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
+PIDS+=($!)
+await "$SIM_PORT"
+
+# measure NAME PIDS...: strace the processes for WINDOW seconds under the
+# paced load, and print a table row (calls per event delivered).
+measure() {
+	local name=$1
+	shift
+	local args=() pid
+	for pid in "$@"; do args+=(-p "$pid"); done
+	"$WORK/loadgen" -json -url "http://127.0.0.1:$PROXY_PORT/agent?events=1000000000&rate=$RATE" -streams "$STREAMS" \
+		-ramp 2s -warmup 3s -duration "$((WINDOW + 4))s" >"$WORK/$name.json" &
+	local lg=$!
+	sleep 7
+	timeout -s INT "$WINDOW" strace -c -f -o "$WORK/$name.strace" "${args[@]}" >/dev/null 2>&1 || true
+	wait "$lg" || die "loadgen failed against $name"
+	awk -v name="$name" '
+		$NF ~ /^(read|recvfrom|readv|write|writev|sendto|epoll_wait|epoll_pwait|futex|nanosleep)$/ {
+			c[$NF] += $4
+			if (NF == 6) e[$NF] += $5
+		}
+		END {
+			r = c["read"] + c["recvfrom"] + c["readv"]; re = e["read"] + e["recvfrom"] + e["readv"]
+			w = c["write"] + c["writev"] + c["sendto"]
+			p = c["epoll_wait"] + c["epoll_pwait"]
+			printf "| %s | %d | %.2f | %.2f | %.3f | %.3f |\n", name, w, r / w, re / w, p / w, (c["futex"] + c["nanosleep"]) / w
+		}' "$WORK/$name.strace"
+}
+
+echo "| proxy | writes to consumers (≈ events: at this load each goes out alone) | reads per write | of which found nothing (EAGAIN) | epoll waits per write | futex + nanosleep per write |"
+echo "|---|---:|---:|---:|---:|---:|"
+"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
+ng=$!
+PIDS+=("$ng")
+await "$PROXY_PORT"
+measure nginx $(pgrep -P "$ng")
+stop "$ng"
+for ref in "${REFS[@]}"; do
+	name=${ref//\//_}
+	[[ $ref == . ]] && name=worktree
+	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$PROXY_PORT" \
+		--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
+	ag=$!
+	PIDS+=("$ag")
+	await "$PROXY_PORT"
+	measure "aguard $ref" "$ag"
+	stop "$ag"
+done
+echo
+echo "($STREAMS streams × $RATE events/s, strace -c -f over ${WINDOW}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
