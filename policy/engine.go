@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/server"
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
+	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -363,16 +365,23 @@ func (e *Engine) evaluate(ctx context.Context, in *Input, rec *evalRecord) Decis
 // eval runs the prepared query. A panic inside OPA is turned into an error:
 // the input is model output, and OPA has panicked on some of it (a comparison
 // with a number such as 1e9999999 does in v1.22).
+//
+// The evaluation stops when ctx is done, as PreparedEvalQuery.Eval makes
+// it; Eval alone would start a goroutine per evaluation to watch ctx, where
+// context.AfterFunc registers the cancellation with ctx itself. OPA's
+// per-evaluation metrics are not collected: nothing reads them.
 func eval(ctx context.Context, q *rego.PreparedEvalQuery, input ast.Value, txn storage.Transaction) (rs rego.ResultSet, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			rs, err = nil, fmt.Errorf("policy engine panic: %v", r)
 		}
 	}()
+	c := topdown.NewCancel()
+	defer context.AfterFunc(ctx, c.Cancel)()
 	if txn != nil {
-		return q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalTransaction(txn))
+		return q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(c), rego.EvalMetrics(opametrics.NoOp()), rego.EvalTransaction(txn))
 	}
-	return q.Eval(ctx, rego.EvalParsedInput(input))
+	return q.Eval(ctx, rego.EvalParsedInput(input), rego.EvalExternalCancel(c), rego.EvalMetrics(opametrics.NoOp()))
 }
 
 // fromResult reads the policy's output at phase into d.

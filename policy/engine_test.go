@@ -318,6 +318,49 @@ decision := {"action": "deny", "reason": "big"} if input.call.arguments.n > 3
 	}
 }
 
+// TestDecideStopsWhenTheCallerCancelsMidEvaluation cancels the caller's
+// context once the policy is running (its print() is the signal) and sees
+// the evaluation stop: a deny carrying context.Canceled, long before the
+// evaluation's own timeout.
+func TestDecideStopsWhenTheCallerCancelsMidEvaluation(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(onPrint{cancel})
+	e := newEngine(t, Options{Logger: log, Timeout: time.Minute, Dir: policyDir(t, map[string]string{"policy.rego": `package aguard
+default decision := {"action": "allow"}
+decision := {"action": "deny", "reason": "never"} if {
+	print("evaluating")
+	some i in numbers.range(1, 1000000)
+	some j in numbers.range(1, 1000000)
+	i * j == -1
+}
+`})})
+	start := time.Now()
+	d := e.Decide(ctx, frontendCall())
+	if d.Action != ActionDeny || !errors.Is(d.Err, context.Canceled) {
+		t.Fatalf("got action %q, Err %v; want a deny with context.Canceled", d.Action, d.Err)
+	}
+	if !strings.Contains(d.Err.Error(), "at revision") {
+		t.Errorf("Err = %q: want the evaluation's error, not the check before it", d.Err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("Decide took %v after the cancellation", took)
+	}
+}
+
+// onPrint is a slog.Handler that calls cancel on the policy's print output.
+type onPrint struct{ cancel context.CancelFunc }
+
+func (onPrint) Enabled(context.Context, slog.Level) bool { return true }
+func (h onPrint) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "policy print" {
+		h.cancel()
+	}
+	return nil
+}
+func (h onPrint) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h onPrint) WithGroup(string) slog.Handler      { return h }
+
 func TestDecideWithoutPolicyDenies(t *testing.T) {
 	var e Engine // zero Engine: nothing loaded
 	e.log = slog.New(slog.DiscardHandler)
