@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 )
@@ -34,6 +35,40 @@ type Input struct {
 	// (the policy sees null) when aguard authenticates no one. It is in the
 	// input at every phase.
 	Identity *Identity `json:"identity"`
+	// Shared, if set, keeps Run, Request and Identity converted for the
+	// evaluation after the first decision that uses it, for the next ones:
+	// set the same Shared on the Inputs of one run, whose Run, Request and
+	// Identity stay the same. nil converts them at every decision.
+	Shared *Shared `json:"-"`
+}
+
+// Shared holds the members of the input the calls of one run have in
+// common — run, request and identity — converted once for the policy
+// (see Input.Shared). The zero value is ready to use; it is safe for
+// concurrent use, and the converted terms, like every OPA input, are only
+// read by the evaluations.
+type Shared struct {
+	once                   sync.Once
+	run, request, identity *ast.Term
+	err                    error
+}
+
+// sharedTerms returns input.run, input.request and input.identity,
+// converted now or, with in.Shared, at the first decision of the run.
+func (in *Input) sharedTerms() (run, request, identity *ast.Term, err error) {
+	convert := func() (*ast.Term, *ast.Term, *ast.Term, error) {
+		id, err := in.identityTerm()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("identity.claims: %w", err)
+		}
+		return ast.NewTerm(in.runTerm()), ast.NewTerm(in.requestTerm()), id, nil
+	}
+	sh := in.Shared
+	if sh == nil {
+		return convert()
+	}
+	sh.once.Do(func() { sh.run, sh.request, sh.identity, sh.err = convert() })
+	return sh.run, sh.request, sh.identity, sh.err
 }
 
 // Identity sources (Identity.Source).
@@ -160,9 +195,9 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		argsErr = ast.StringTerm(*in.Call.ArgumentsError)
 	}
 
-	identity, err := in.identityTerm()
+	run, request, identity, err := in.sharedTerms()
 	if err != nil {
-		return nil, fmt.Errorf("identity.claims: %w", err)
+		return nil, err
 	}
 
 	if in.Phase == PhaseToolCallStart {
@@ -177,8 +212,8 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 			item("phase", ast.StringTerm(in.Phase)),
 			item("call", ast.NewTerm(call)),
 			item("tool", ast.NewTerm(in.toolTerm(params))),
-			item("run", ast.NewTerm(in.runTerm())),
-			item("request", ast.NewTerm(in.requestTerm())),
+			item("run", run),
+			item("request", request),
 			item("identity", identity),
 		), nil
 	}
@@ -202,8 +237,8 @@ func (in *Input) astValue(withArgs, withParams bool) (ast.Value, error) {
 		item("call", ast.NewTerm(call)),
 		item("tool", ast.NewTerm(in.toolTerm(params))),
 		item("schema", ast.NewTerm(schema)),
-		item("run", ast.NewTerm(in.runTerm())),
-		item("request", ast.NewTerm(in.requestTerm())),
+		item("run", run),
+		item("request", request),
 		item("identity", identity),
 	), nil
 }

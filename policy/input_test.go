@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,48 @@ func TestInputValueMatchesItsJSON(t *testing.T) {
 		ref := ast.MustParseRef("input." + path)
 		if _, err := got.Find(ref[1:]); err != nil {
 			t.Errorf("input has no %s", path)
+		}
+	}
+}
+
+// TestSharedInputIsTheSameInput decides the phases of a run's calls with
+// one Shared and sees, at each, the input the same Input makes without it:
+// what the first decision converted is what the next ones read.
+func TestSharedInputIsTheSameInput(t *testing.T) {
+	sh := new(Shared)
+	for i, phase := range []string{PhaseToolCallStart, PhaseToolCallEnd, PhaseToolCallStart, PhaseRunFinished} {
+		in := frontendCall()
+		in.Phase = phase
+		in.Call.ID = fmt.Sprintf("call-%d", i)
+		in.Request.Headers = map[string]string{"X-User-Role": "admin"}
+		in.Identity = &Identity{Subject: "alice", Source: SourceJWT, Claims: json.RawMessage(`{"roles":["admin"]}`)}
+		want, err := in.astValue(true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Shared = sh
+		got, err := in.astValue(true, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Compare(want) != 0 {
+			t.Fatalf("%s with Shared:\n%v\nwant\n%v", phase, got, want)
+		}
+	}
+}
+
+// TestSharedInputKeepsFailingClosed: claims that cannot be converted deny
+// every decision of the run, not only the one that converted them first.
+func TestSharedInputKeepsFailingClosed(t *testing.T) {
+	e := newEngine(t, Options{})
+	sh := new(Shared)
+	for _, phase := range []string{PhaseToolCallStart, PhaseToolCallEnd, PhaseToolCallEnd} {
+		in := frontendCall()
+		in.Phase, in.Shared = phase, sh
+		in.Identity = &Identity{Subject: "x", Source: SourceJWT, Claims: json.RawMessage(`["not","an","object"]`)}
+		d := e.Decide(context.Background(), in)
+		if d.Err == nil || !strings.Contains(d.Err.Error(), "identity.claims") {
+			t.Fatalf("%s: %s (%v), want a fail-closed decision naming identity.claims", phase, d.Action, d.Err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ type decider struct {
 	run             policy.RunInfo
 	req             policy.RequestInfo
 	identity        *policy.Identity
+	shared          *policy.Shared // run, req and identity, converted once for the run's decisions
 	approvalTimeout time.Duration
 	now             func() time.Time
 }
@@ -47,6 +48,7 @@ func NewDecider(engine *policy.Engine, in *agui.RunInput, route string, req poli
 			AdvertisedTools: tools, Route: route},
 		req:             req,
 		identity:        id,
+		shared:          new(policy.Shared),
 		approvalTimeout: approvalTimeout,
 		now:             time.Now,
 	}
@@ -80,7 +82,7 @@ func (d *decider) Decide(ctx context.Context, c *agui.Call) agui.Verdict {
 			ParentMessageID: c.ParentMessageID, SubagentRunID: c.SubagentRunID, Reopened: c.Reopened,
 		},
 		Tool: policy.ToolInput{Advertised: advertised, Frontend: advertised},
-		Run:  d.run, Request: d.req, Identity: d.identity,
+		Run:  d.run, Request: d.req, Identity: d.identity, Shared: d.shared,
 	}
 	if advertised {
 		in.Tool.Description = tool.Description
