@@ -59,17 +59,8 @@ func benchRun(b *testing.B, set func(*proxy.Options)) {
 	if set != nil {
 		set(&opt)
 	}
-	p, err := proxy.New(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close()
-	url := "http://" + ln.Addr().String() + "/agent"
+	url, stop := serveProxy(b, opt)
+	defer stop()
 	input := `{"threadId":"t-1","runId":"r-1","protocolVersion":"1.0","messages":[],"tools":[],"context":[],"state":{},"forwardedProps":{}}`
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	b.ReportAllocs()
@@ -87,4 +78,20 @@ func benchRun(b *testing.B, set func(*proxy.Options)) {
 			b.Fatalf("stream: %s", out)
 		}
 	}
+}
+
+// serveProxy serves a proxy built with opt on a loopback listener and
+// returns its agent endpoint's URL, and the function that closes it.
+func serveProxy(b *testing.B, opt proxy.Options) (url string, stop func()) {
+	b.Helper()
+	p, err := proxy.New(opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go p.Serve(ln)
+	return "http://" + ln.Addr().String() + "/agent", func() { p.Close() }
 }

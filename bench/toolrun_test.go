@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -97,17 +96,8 @@ func benchToolRun(b *testing.B, ledger *state.Options) {
 		defer s.Close()
 		opt.State = s
 	}
-	p, err := proxy.New(opt)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go p.Serve(ln)
-	defer p.Close()
-	url := "http://" + ln.Addr().String() + "/agent"
+	url, stop := serveProxy(b, opt)
+	defer stop()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
 	n := 0
 	b.ReportAllocs()
