@@ -30,26 +30,10 @@ REFS=("$@")
 
 WORK=$(mktemp -d /tmp/aguard-conns.XXXXXX)
 PIDS=()
-log() { printf '[conns.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-stop() {
-	local pid
-	for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
-}
-cleanup() {
-	stop "${PIDS[@]}"
-	rm -rf "$WORK"
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-await() { # await PORT
-	for i in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	die "nothing listens on 127.0.0.1:$1"
-}
 
 log "building agentsim and loadgen from the working tree"
 (cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)

@@ -26,27 +26,11 @@ REFS=("$@")
 
 WORK=$(mktemp -d /tmp/aguard-syscalls.XXXXXX)
 PIDS=()
-log() { printf '[syscalls.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
-die() { log "error: $*"; exit 1; }
-stop() {
-	local pid
-	for pid in "$@"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "$@"; do wait "$pid" 2>/dev/null || true; done
-}
-cleanup() {
-	stop "${PIDS[@]}"
-	rm -rf "$WORK"
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-await() { # await PORT
-	for _ in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	die "nothing listens on 127.0.0.1:$1"
-}
 command -v strace >/dev/null || die "strace is not installed (apt-get install -y strace)"
 NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
