@@ -165,7 +165,7 @@ func (p *Proxy) closeIdle() {
 // socket under it. What is read is dropped: the stream then ends with
 // Connection: close, and the consumer sends it again.
 func pipelined(c, raw net.Conn) bool {
-	raw.SetReadDeadline(time.Unix(1, 0))
+	raw.SetReadDeadline(aLongTimeAgo)
 	defer raw.SetReadDeadline(time.Time{})
 	var b [1]byte
 	n, _ := c.Read(b[:])

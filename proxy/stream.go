@@ -361,12 +361,12 @@ func (s *stream) pump() string {
 // reads the socket without blocking (wire.readFD) and returns false, to
 // wait for the agent's next bytes, only once a short read has drained the
 // socket and the pending output is flushed (as before every read of the
-// socket). A wait costs no read that finds
-// nothing, as nginx's edge-triggered event loop waits: Go's netpoller
-// reads until EAGAIN before it parks a reader, a system call per event
-// when events come one at a time. Interruptions shut the connection down
-// (reply.abort) instead of closing it, which would wait for this read; the
-// shutdown and the agent's close wake the wait (upConn.poke).
+// socket). A wait costs no read that finds nothing, as nginx's
+// edge-triggered event loop waits: Go's netpoller reads until EAGAIN
+// before it parks a reader, a system call per event when events come one
+// at a time. Interruptions shut the connection down (reply.abort) instead
+// of closing it, which would wait for this read; the shutdown and the
+// agent's close wake the wait (upConn.poke).
 func (s *stream) pumpRaw(raw syscall.RawConn, w *wire, rd *sse.Reader) string {
 	c := s.ans.conn
 	c.pumping.Store(true)
