@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"net"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,13 +75,4 @@ func awaitReadable(c net.Conn) error {
 		return err
 	}
 	return readErr
-}
-
-func rawConn(c net.Conn) (syscall.RawConn, bool) {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil, false
-	}
-	raw, err := sc.SyscallConn()
-	return raw, err == nil
 }

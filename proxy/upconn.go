@@ -554,15 +554,21 @@ func (a *reply) rawRead() (syscall.RawConn, *wire) {
 	if !ok { // TLS: its records are read through crypto/tls
 		return nil, nil
 	}
-	sc, ok := w.Conn.(syscall.Conn)
+	raw, ok := rawConn(w.Conn)
 	if !ok {
 		return nil, nil
 	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil, nil
-	}
 	return raw, w
+}
+
+// rawConn is c's RawConn, when it has one.
+func rawConn(c net.Conn) (syscall.RawConn, bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, false
+	}
+	raw, err := sc.SyscallConn()
+	return raw, err == nil
 }
 
 // dropHead lets the answer's head go once it has been copied, when the
