@@ -35,20 +35,7 @@ PIDS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log "building agentsim and loadgen from the working tree"
-(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
-for ref in "${REFS[@]}"; do
-	name=${ref//\//_}
-	if [[ $ref == . ]]; then
-		name=worktree
-		(cd "$ROOT" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
-	else
-		mkdir -p "$WORK/src-$name"
-		git -C "$ROOT" archive "$ref" | tar -x -C "$WORK/src-$name"
-		(cd "$WORK/src-$name" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
-	fi
-	log "built aguard at $ref"
-done
+build_refs "${REFS[@]}"
 
 # json FILE KEY: the first number under "KEY" in loadgen's JSON.
 json() { grep -o "\"$2\": *[0-9]*" "$1" | head -1 | grep -o '[0-9]*$' || true; }
@@ -67,8 +54,7 @@ row() {
 echo "| aguard | traffic | runs | consumer connections | agent connections | per run: consumer | per run: agent | errors |"
 echo "|---|---|---|---|---|---|---|---|"
 for ref in "${REFS[@]}"; do
-	name=${ref//\//_}
-	[[ $ref == . ]] && name=worktree
+	name=$(refname "$ref")
 	for shape in back-to-back bursty sparse; do
 		streams=$STREAMS pause=$PAUSE
 		[[ $shape == back-to-back ]] && pause=0s

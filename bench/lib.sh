@@ -1,6 +1,7 @@
 # bench/lib.sh — what conns.sh and syscalls.sh share: logging, stopping
-# the processes they started, waiting for a port. Sourced, not run; the
-# script sets PIDS (the processes to stop on exit) and WORK (its folder).
+# the processes they started, waiting for a port, building aguard at git
+# refs. Sourced, not run; the script sets ROOT, PIDS (the processes to stop
+# on exit) and WORK (its folder).
 
 log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%T)" "$*" >&2; }
 die() {
@@ -24,4 +25,28 @@ await() {
 		sleep 0.1
 	done
 	die "nothing listens on 127.0.0.1:$1"
+}
+
+# refname REF: the name of REF's aguard binary, $WORK/aguard-<name>
+# ("worktree" for ".").
+refname() {
+	if [[ $1 == . ]]; then echo worktree; else echo "${1//\//_}"; fi
+}
+# build_refs REF...: agentsim and loadgen from the working tree, and one
+# aguard per REF (a git ref, or "." for the working tree), into $WORK.
+build_refs() {
+	local ref name
+	log "building agentsim and loadgen from the working tree"
+	(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
+	for ref in "$@"; do
+		name=$(refname "$ref")
+		if [[ $ref == . ]]; then
+			(cd "$ROOT" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
+		else
+			mkdir -p "$WORK/src-$name"
+			git -C "$ROOT" archive "$ref" | tar -x -C "$WORK/src-$name"
+			(cd "$WORK/src-$name" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
+		fi
+		log "built aguard at $ref"
+	done
 }

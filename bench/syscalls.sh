@@ -35,19 +35,7 @@ command -v strace >/dev/null || die "strace is not installed (apt-get install -y
 NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
 
-log "building agentsim and loadgen from the working tree"
-(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
-for ref in "${REFS[@]}"; do
-	name=${ref//\//_}
-	if [[ $ref == . ]]; then
-		(cd "$ROOT" && go build -o "$WORK/aguard-worktree" ./cmd/aguard)
-	else
-		mkdir -p "$WORK/src-$name"
-		git -C "$ROOT" archive "$ref" | tar -x -C "$WORK/src-$name"
-		(cd "$WORK/src-$name" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
-	fi
-	log "built aguard at $ref"
-done
+build_refs "${REFS[@]}"
 
 mkdir -p "$WORK/nginx/tmp"
 cat >"$WORK/nginx/nginx.conf" <<CONF
@@ -117,8 +105,7 @@ await "$PROXY_PORT"
 measure nginx $(pgrep -P "$ng")
 stop "$ng"
 for ref in "${REFS[@]}"; do
-	name=${ref//\//_}
-	[[ $ref == . ]] && name=worktree
+	name=$(refname "$ref")
 	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$PROXY_PORT" \
 		--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
 	ag=$!
