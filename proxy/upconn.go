@@ -396,14 +396,21 @@ type wire struct {
 	drained bool
 }
 
+// flushFirst runs the stream's flush (upConn.beforeRead), if one is set,
+// before a read of the socket.
+func (w *wire) flushFirst() error {
+	if f := w.c.beforeRead; f != nil {
+		return f()
+	}
+	return nil
+}
+
 func (w *wire) Read(b []byte) (int, error) {
 	if w.fd >= 0 {
 		return w.readFD(b)
 	}
-	if f := w.c.beforeRead; f != nil {
-		if err := f(); err != nil {
-			return 0, err
-		}
+	if err := w.flushFirst(); err != nil {
+		return 0, err
 	}
 	n, err := w.Conn.Read(b)
 	w.c.read += int64(n)

@@ -24,10 +24,8 @@ func (w *wire) readFD(b []byte) (int, error) {
 	if w.drained {
 		return 0, syscall.EAGAIN
 	}
-	if f := w.c.beforeRead; f != nil {
-		if err := f(); err != nil {
-			return 0, err
-		}
+	if err := w.flushFirst(); err != nil {
+		return 0, err
 	}
 	for {
 		n, err := syscall.Read(w.fd, b)
