@@ -28,7 +28,7 @@ func (w *wire) readFD(b []byte) (int, error) {
 		return 0, err
 	}
 	for {
-		n, err := syscall.Read(w.fd, b)
+		n, err := rawRead(w.fd, b)
 		w.c.socketReads++
 		switch {
 		case err == syscall.EINTR:

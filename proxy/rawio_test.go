@@ -1,0 +1,107 @@
+//go:build unix
+
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection: the one
+// aguard would write to (a consumer's connection, as the server accepted
+// it) and the consumer's.
+func tcpPair(t *testing.T) (server, client *net.TCPConn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return s.(*net.TCPConn), c.(*net.TCPConn)
+}
+
+// A write larger than the socket's buffers meets EAGAIN: the raw writer
+// waits for the consumer to read and writes every byte, in order, in one
+// call, as net.Conn.Write does.
+func TestRawWritesWaitForAConsumerThatReadsSlowly(t *testing.T) {
+	server, client := tcpPair(t)
+	server.SetWriteBuffer(16 << 10)
+	client.SetReadBuffer(16 << 10)
+	w := newConsumerWriter(server)
+	if w == nil {
+		t.Fatal("no raw writer for a plain TCP connection")
+	}
+	want := make([]byte, 8<<20)
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(want))
+		n := 0
+		for n < len(b) {
+			m, err := client.Read(b[n:min(n+4096, len(b))]) // small reads: the writer waits many times
+			n += m
+			if err != nil {
+				break
+			}
+		}
+		got <- b[:n]
+	}()
+	n, err := w.Write(want)
+	if err != nil || n != len(want) {
+		t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(want))
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the consumer read %d bytes, not the %d written in order", len(b), len(want))
+	}
+}
+
+// A consumer that reads nothing does not hold a stream for good: the
+// connection's write deadline (aguard's stalled-consumer limit) ends the
+// raw writer's wait as it ends net.Conn.Write's.
+func TestRawWritesKeepTheWriteDeadline(t *testing.T) {
+	server, _ := tcpPair(t)
+	server.SetWriteBuffer(16 << 10)
+	w := newConsumerWriter(server)
+	server.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	n, err := w.Write(make([]byte, 64<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Write to a consumer that reads nothing = %d, %v; want os.ErrDeadlineExceeded", n, err)
+	}
+	if n == 0 || n >= 64<<20 {
+		t.Fatalf("wrote %d bytes before the deadline; want some, not all", n)
+	}
+}
+
+// A consumer that has gone (its connection reset) makes the write fail
+// with the socket's error, not wait.
+func TestRawWritesReportAConsumerThatLeft(t *testing.T) {
+	server, client := tcpPair(t)
+	client.SetLinger(0) // close with a reset
+	client.Close()
+	w := newConsumerWriter(server)
+	var err error
+	for range 1000 { // the reset may come after a write was taken
+		if _, err = w.Write([]byte("data: {}\n\n")); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("writes to a consumer that reset its connection: %v; want EPIPE or ECONNRESET", err)
+	}
+}
