@@ -1,7 +1,7 @@
-# bench/lib.sh — what conns.sh and syscalls.sh share: logging, stopping
-# the processes they started, waiting for a port, building aguard at git
-# refs. Sourced, not run; the script sets ROOT, PIDS (the processes to stop
-# on exit) and WORK (its folder).
+# bench/lib.sh — what conns.sh, syscalls.sh and ab.sh share: logging,
+# stopping the processes they started, waiting for a port, building aguard
+# at git refs, nginx's configuration. Sourced, not run; the script sets
+# ROOT, PIDS (the processes to stop on exit) and WORK (its folder).
 
 log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%T)" "$*" >&2; }
 die() {
@@ -49,4 +49,39 @@ build_refs() {
 		fi
 		log "built aguard at $ref"
 	done
+}
+
+# nginx_conf SIM_PORT PROXY_PORT: $WORK/nginx/nginx.conf, nginx as an SSE
+# reverse proxy on 127.0.0.1:PROXY_PORT in front of agentsim on SIM_PORT
+# (run.sh's configuration), run in the foreground with
+#   nginx -p "$WORK/nginx/" -c nginx.conf -e error.log
+nginx_conf() {
+	mkdir -p "$WORK/nginx/tmp"
+	cat >"$WORK/nginx/nginx.conf" <<CONF
+daemon off;
+worker_processes auto;
+worker_rlimit_nofile $(ulimit -n);
+pid nginx.pid;
+error_log error.log warn;
+events { worker_connections $(ulimit -n); }
+http {
+    access_log off;
+    client_body_temp_path tmp/body;
+    proxy_temp_path tmp/proxy;
+    fastcgi_temp_path tmp/fastcgi;
+    uwsgi_temp_path tmp/uwsgi;
+    scgi_temp_path tmp/scgi;
+    upstream agent { server 127.0.0.1:$1; keepalive 256; }
+    server {
+        listen 127.0.0.1:$2;
+        location / {
+            proxy_pass http://agent;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_read_timeout 1h;
+        }
+    }
+}
+CONF
 }

@@ -37,34 +37,7 @@ NGINX=$(command -v nginx || true)
 
 build_refs "${REFS[@]}"
 
-mkdir -p "$WORK/nginx/tmp"
-cat >"$WORK/nginx/nginx.conf" <<CONF
-daemon off;
-worker_processes auto;
-worker_rlimit_nofile $(ulimit -n);
-pid nginx.pid;
-error_log error.log warn;
-events { worker_connections $(ulimit -n); }
-http {
-    access_log off;
-    client_body_temp_path tmp/body;
-    proxy_temp_path tmp/proxy;
-    fastcgi_temp_path tmp/fastcgi;
-    uwsgi_temp_path tmp/uwsgi;
-    scgi_temp_path tmp/scgi;
-    upstream agent { server 127.0.0.1:$SIM_PORT; keepalive 256; }
-    server {
-        listen 127.0.0.1:$PROXY_PORT;
-        location / {
-            proxy_pass http://agent;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_read_timeout 1h;
-        }
-    }
-}
-CONF
+nginx_conf "$SIM_PORT" "$PROXY_PORT"
 
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
 PIDS+=($!)

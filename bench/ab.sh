@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# bench/ab.sh — aguard builds against each other and nginx, interleaved:
+# one agentsim, nginx (SSE config) and one `aguard serve` per REF (a git
+# ref, or "." for the working tree) all running at once, loaded in turn by
+# loadgen for ROUNDS rounds, so that the machine's drift falls on every
+# target alike. For each target and round: CPU s of the proxy per 1M events
+# (loadgen -watch), p99 latency, and, when perf is installed, the proxy's
+# context switches over the window (perf stat).
+#
+#   bash bench/ab.sh main .                  # paced: 1,000 streams × 20 events/s
+#   MODE=tools ROUNDS=2 bash bench/ab.sh main .
+#
+# MODE: paced (default), unpaced (50 streams, as fast as read) or tools (200
+# streams × 20 events/s, runs of 200 events with two frontend calls of 1 KiB
+# arguments, as run.sh's tools phase). Needs nginx (apt-get install -y
+# nginx-light). Everything listens on 127.0.0.1; every process started here
+# is stopped on exit. Writes a Markdown table to stdout.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BASE_PORT=${BASE_PORT:-18570}
+SIM_PORT=$((BASE_PORT + 1))
+NGINX_PORT=$((BASE_PORT + 2))
+MODE=${MODE:-paced}
+ROUNDS=${ROUNDS:-3}
+WINDOW=${WINDOW:-12}
+REFS=("$@")
+((${#REFS[@]})) || REFS=(main .)
+
+WORK=$(mktemp -d /tmp/aguard-ab.XXXXXX)
+PIDS=()
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+NGINX=$(command -v nginx || true)
+[[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
+case $MODE in
+paced) QUERY="events=1000000000&rate=20" LOAD=(-streams 1000 -ramp 2s -warmup 3s) ;;
+unpaced) QUERY="events=1000000000&rate=0" LOAD=(-streams 50 -ramp 1s -warmup 2s) ;;
+tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams 200 -ramp 5s -warmup 2s) ;;
+*) die "MODE is paced, unpaced or tools, not $MODE" ;;
+esac
+
+build_refs "${REFS[@]}"
+nginx_conf "$SIM_PORT" "$NGINX_PORT"
+"$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
+PIDS+=($!)
+await "$SIM_PORT"
+"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
+NAMES=(nginx) TPIDS=($!) PORTS=("$NGINX_PORT")
+PIDS+=($!)
+port=$((NGINX_PORT + 1))
+for ref in "${REFS[@]}"; do
+	name=$(refname "$ref")
+	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
+		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
+	PIDS+=($!) TPIDS+=($!) NAMES+=("aguard $ref") PORTS+=("$port")
+	port=$((port + 1))
+done
+for p in "${PORTS[@]}"; do await "$p"; done
+
+# measure ROUND I: load target I for WINDOW seconds and print its row.
+measure() {
+	local pid=${TPIDS[$2]} out="$WORK/r$1-$2" lg procs
+	procs=$(echo "$pid" $(pgrep -P "$pid" || true) | tr ' ' ,)
+	"$WORK/loadgen" -json -url "http://127.0.0.1:${PORTS[$2]}/agent?$QUERY" "${LOAD[@]}" \
+		-duration "${WINDOW}s" -watch "proxy=$pid" >"$out.json" &
+	lg=$!
+	sleep 6 # the ramp and warm-up: the window opens
+	if command -v perf >/dev/null; then
+		perf stat -x, -e context-switches -p "$procs" -o "$out.perf" -- sleep "$((WINDOW - 2))" >/dev/null 2>&1 || true
+	fi
+	wait "$lg" || die "loadgen failed against ${NAMES[$2]}"
+	python3 - "$out.json" "$out.perf" "$1" "${NAMES[$2]}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+cpu = next(p["cpuSecondsPerMillionEvents"] for p in r["procs"] if p["name"] == "proxy")
+cs = "—"
+try:
+    for line in open(sys.argv[2]):
+        if "context-switches" in line:
+            cs = f'{int(line.split(",")[0]):,}'
+except OSError:
+    pass
+print(f'| {sys.argv[3]} | {sys.argv[4]} | {cpu:.2f} | {r["latency"]["p99Ms"]:.3f} | {cs} |')
+PY
+}
+
+echo "| round | proxy | CPU s per 1M events | p99 ms | context switches in $((WINDOW - 2)) s |"
+echo "|---:|---|---:|---:|---:|"
+for round in $(seq "$ROUNDS"); do
+	for i in "${!TPIDS[@]}"; do measure "$round" "$i"; done
+done
+echo
+echo "($MODE: $QUERY ${LOAD[*]}, ${WINDOW}s windows; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
