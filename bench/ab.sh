@@ -44,7 +44,8 @@ tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams
 esac
 
 build_refs "${REFS[@]}"
-nginx_conf "$SIM_PORT" "$NGINX_PORT"
+mkdir -p "$WORK/nginx/tmp"
+nginx_conf "$SIM_PORT" "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
 PIDS+=($!)
 await "$SIM_PORT"

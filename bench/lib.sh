@@ -1,7 +1,9 @@
-# bench/lib.sh — what conns.sh, syscalls.sh and ab.sh share: logging,
-# stopping the processes they started, waiting for a port, building aguard
-# at git refs, nginx's configuration. Sourced, not run; the script sets
-# ROOT, PIDS (the processes to stop on exit) and WORK (its folder).
+# bench/lib.sh — what the benchmark scripts share: logging, stopping the
+# processes they started, waiting for a port, building aguard at git refs
+# (conns.sh, syscalls.sh, ab.sh), and nginx's configuration (those and
+# run.sh, which defines its own logging and clean-up after sourcing this).
+# Sourced, not run; the script sets ROOT, PIDS (the processes to stop on
+# exit) and WORK (its folder).
 
 log() { printf '[%s %s] %s\n' "$(basename "$0")" "$(date +%T)" "$*" >&2; }
 die() {
@@ -51,13 +53,13 @@ build_refs() {
 	done
 }
 
-# nginx_conf SIM_PORT PROXY_PORT: $WORK/nginx/nginx.conf, nginx as an SSE
-# reverse proxy on 127.0.0.1:PROXY_PORT in front of agentsim on SIM_PORT
-# (run.sh's configuration), run in the foreground with
-#   nginx -p "$WORK/nginx/" -c nginx.conf -e error.log
+# nginx_conf SIM_PORT PROXY_PORT: nginx's configuration (on stdout) as an
+# SSE reverse proxy on 127.0.0.1:PROXY_PORT in front of agentsim on
+# SIM_PORT, run in the foreground from a prefix with a tmp/ folder:
+#   nginx -p PREFIX -c nginx.conf -e error.log
 nginx_conf() {
-	mkdir -p "$WORK/nginx/tmp"
-	cat >"$WORK/nginx/nginx.conf" <<CONF
+	cat <<EOF
+# SSE reverse proxy in front of agentsim, loopback only, run in the foreground.
 daemon off;
 worker_processes auto;
 worker_rlimit_nofile $(ulimit -n);
@@ -71,7 +73,11 @@ http {
     fastcgi_temp_path tmp/fastcgi;
     uwsgi_temp_path tmp/uwsgi;
     scgi_temp_path tmp/scgi;
-    upstream agent { server 127.0.0.1:$1; keepalive 256; }
+    client_body_buffer_size 64k;
+    upstream agent {
+        server 127.0.0.1:$1;
+        keepalive 256;
+    }
     server {
         listen 127.0.0.1:$2;
         location / {
@@ -79,9 +85,12 @@ http {
             proxy_http_version 1.1;
             proxy_set_header Connection "";
             proxy_buffering off;
+            proxy_cache off;
             proxy_read_timeout 1h;
+            proxy_send_timeout 1h;
+            gzip off;
         }
     }
 }
-CONF
+EOF
 }

@@ -35,6 +35,9 @@ if [[ -z ${OUT:-} ]]; then
 fi
 WORK=$(mktemp -d /tmp/aguard-prof.XXXXXX)
 PIDS=()
+# await; profile.sh defines its own log and cleanup below.
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 log() { printf '[profile.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 cleanup() {
@@ -49,24 +52,15 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
 (cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen ./bench/cmd/aguardprof)
 
-wait_port() {
-	for _ in $(seq 100); do
-		(exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-		sleep 0.1
-	done
-	log "nothing listens on 127.0.0.1:$1"
-	return 1
-}
-
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m 2>"$WORK/agentsim.log" &
 PIDS+=($!)
-wait_port "$SIM_PORT"
+await "$SIM_PORT"
 
 LEDGER=(-ledger)
 if command -v redis-server >/dev/null; then
 	(cd "$WORK" && exec redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --loglevel warning) >"$WORK/redis.log" 2>&1 &
 	PIDS+=($!)
-	wait_port "$REDIS_PORT"
+	await "$REDIS_PORT"
 	LEDGER=(-redis "redis://127.0.0.1:$REDIS_PORT/0")
 fi
 
@@ -83,7 +77,7 @@ profiled() {
 	fi
 	"$WORK/aguardprof" -upstream "http://127.0.0.1:$SIM_PORT" -listen "127.0.0.1:$AG_PORT" -cpuprofile "$WORK/cpu-$name.pprof" "${flags[@]}" 2>"$WORK/aguardprof-$name.log" &
 	local pid=$!
-	wait_port "$AG_PORT"
+	await "$AG_PORT"
 	log "$name (load $(cut -d' ' -f1-3 /proc/loadavg))"
 	timeout 120 "$WORK/loadgen" -url "http://127.0.0.1:$AG_PORT/agent?$query" -watch "aguard=$pid" "$@" | tee "$WORK/loadgen-$name.txt" >&2
 	kill -TERM "$pid"
@@ -98,7 +92,7 @@ profiled tools "events=200&rate=$TOOLS_RATE&tools=2&args=1024&frontend=true" "${
 # Idle: runtime figures before and with the streams open, and a heap profile.
 "$WORK/aguardprof" -upstream "http://127.0.0.1:$SIM_PORT" -listen "127.0.0.1:$AG_PORT" -memprofile "$WORK/heap-idle.pprof" 2>"$WORK/aguardprof-idle.log" &
 AGPID=$!
-wait_port "$AG_PORT"
+await "$AG_PORT"
 sleep 1
 kill -USR1 "$AGPID"
 timeout 120 "$WORK/loadgen" -idle -url "http://127.0.0.1:$AG_PORT/agent?idle=true" -streams "$IDLE_STREAMS" -ramp 2s -settle 2s \

@@ -42,6 +42,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# nginx_conf; run.sh defines its own log, die and cleanup below.
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 BASE_PORT=${BASE_PORT:-18400}
 SIM_PORT=$((BASE_PORT + 1))
 NGINX_PORT=$((BASE_PORT + 2))
@@ -201,45 +204,7 @@ done
 log "agentsim's runs pass aguard replay unchanged"
 
 # --- the servers --------------------------------------------------------
-# nginx_conf PORT: an SSE reverse proxy in front of agentsim on 127.0.0.1:PORT.
-nginx_conf() {
-	cat <<EOF
-# SSE reverse proxy in front of agentsim, loopback only, run in the foreground.
-daemon off;
-worker_processes auto;
-worker_rlimit_nofile $NOFILE;
-pid nginx.pid;
-error_log error.log warn;
-events { worker_connections $NOFILE; }
-http {
-    access_log off;
-    client_body_temp_path tmp/body;
-    proxy_temp_path tmp/proxy;
-    fastcgi_temp_path tmp/fastcgi;
-    uwsgi_temp_path tmp/uwsgi;
-    scgi_temp_path tmp/scgi;
-    client_body_buffer_size 64k;
-    upstream agent {
-        server 127.0.0.1:$SIM_PORT;
-        keepalive 256;
-    }
-    server {
-        listen 127.0.0.1:$1;
-        location / {
-            proxy_pass http://agent;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-            proxy_cache off;
-            proxy_read_timeout 1h;
-            proxy_send_timeout 1h;
-            gzip off;
-        }
-    }
-}
-EOF
-}
-nginx_conf "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
+nginx_conf "$SIM_PORT" "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
 "$NGINX" -t -q -p "$WORK/nginx/" -c nginx.conf -e error.log || die "nginx rejected its configuration"
 
 "$BIN/agentsim" -listen "127.0.0.1:$SIM_PORT" -delta "$DELTA" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
@@ -403,7 +368,7 @@ start_fresh() {
 	case $1 in
 	nginx)
 		rm -rf "$WORK/nginx-fresh" && mkdir -p "$WORK/nginx-fresh/tmp"
-		nginx_conf "$FRESH_NGINX_PORT" >"$WORK/nginx-fresh/nginx.conf"
+		nginx_conf "$SIM_PORT" "$FRESH_NGINX_PORT" >"$WORK/nginx-fresh/nginx.conf"
 		"$NGINX" -p "$WORK/nginx-fresh/" -c nginx.conf -e error.log &
 		FRESH_PID=$!
 		port=$FRESH_NGINX_PORT

@@ -37,7 +37,8 @@ NGINX=$(command -v nginx || true)
 
 build_refs "${REFS[@]}"
 
-nginx_conf "$SIM_PORT" "$PROXY_PORT"
+mkdir -p "$WORK/nginx/tmp"
+nginx_conf "$SIM_PORT" "$PROXY_PORT" >"$WORK/nginx/nginx.conf"
 
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
 PIDS+=($!)
