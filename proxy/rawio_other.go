@@ -3,15 +3,9 @@
 package proxy
 
 import (
-	"errors"
+	"io"
 	"net"
 )
 
-// consumerWriter is not available here: streams write through net.Conn.
-type consumerWriter struct{}
-
-func newConsumerWriter(net.Conn) *consumerWriter { return nil }
-
-func (*consumerWriter) Write([]byte) (int, error) {
-	return 0, errors.New("aguard: raw socket writes are not supported on this platform")
-}
+// newConsumerWriter returns c: streams write through net.Conn here.
+func newConsumerWriter(c net.Conn) io.Writer { return c }

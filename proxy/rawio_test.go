@@ -41,8 +41,8 @@ func TestRawWritesWaitForAConsumerThatReadsSlowly(t *testing.T) {
 	server, client := tcpPair(t)
 	server.SetWriteBuffer(16 << 10)
 	client.SetReadBuffer(16 << 10)
-	w := newConsumerWriter(server)
-	if w == nil {
+	w, ok := newConsumerWriter(server).(*consumerWriter)
+	if !ok {
 		t.Fatal("no raw writer for a plain TCP connection")
 	}
 	want := make([]byte, 8<<20)

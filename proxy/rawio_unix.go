@@ -3,6 +3,7 @@
 package proxy
 
 import (
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -13,16 +14,16 @@ import (
 // buffer is full, as net.Conn.Write does, deadlines included.
 type consumerWriter struct{ rc syscall.RawConn }
 
-// newConsumerWriter returns a writer for c, or nil when c is not a plain
-// TCP connection.
-func newConsumerWriter(c net.Conn) *consumerWriter {
+// newConsumerWriter returns the writer a stream writes c with: a
+// consumerWriter when c is a plain TCP connection, else c.
+func newConsumerWriter(c net.Conn) io.Writer {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
-		return nil
+		return c
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
-		return nil
+		return c
 	}
 	return &consumerWriter{rc: rc}
 }

@@ -86,8 +86,8 @@ type stream struct {
 	// Consumer side, guarded by wmu: the pump and the heartbeat both write.
 	wmu          sync.Mutex
 	conn         net.Conn
-	cw           *consumerWriter // conn's raw writer, when it is plain TCP
-	out          []byte          // pending frames, after chunkHead reserved bytes
+	w            io.Writer // writes conn (newConsumerWriter)
+	out          []byte    // pending frames, after chunkHead reserved bytes
 	finished     bool
 	lastWrite    time.Time
 	lastDeadline time.Time
@@ -276,9 +276,7 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	defer p.track(s, false)
 
 	s.conn = c
-	if cw := newConsumerWriter(c); cw != nil {
-		s.cw = cw
-	}
+	s.w = newConsumerWriter(c)
 	now := time.Now()
 	s.lastWrite, s.lastDeadline = now, now
 	s.quietSince = now
@@ -569,12 +567,7 @@ func (s *stream) flushLocked() error {
 		s.conn.SetWriteDeadline(now.Add(stalledConsumer))
 		s.lastDeadline = now
 	}
-	var err error
-	if s.cw != nil {
-		_, err = s.cw.Write(b)
-	} else {
-		_, err = s.conn.Write(b)
-	}
+	_, err := s.w.Write(b)
 	s.c.bytesOut += float64(n)
 	s.out = s.out[:chunkHead]
 	s.trimOutLocked()
