@@ -66,27 +66,20 @@ for p in "${PORTS[@]}"; do await "$p"; done
 measure() {
 	local pid=${TPIDS[$2]} out="$WORK/r$1-$2" lg procs
 	procs=$(echo "$pid" $(pgrep -P "$pid" || true) | tr ' ' ,)
-	"$WORK/loadgen" -json -url "http://127.0.0.1:${PORTS[$2]}/agent?$QUERY" "${LOAD[@]}" \
-		-duration "${WINDOW}s" -watch "proxy=$pid" >"$out.json" &
+	"$WORK/loadgen" -url "http://127.0.0.1:${PORTS[$2]}/agent?$QUERY" "${LOAD[@]}" \
+		-duration "${WINDOW}s" -watch "proxy=$pid" >"$out.txt" &
 	lg=$!
 	sleep 6 # the ramp and warm-up: the window opens
 	if command -v perf >/dev/null; then
 		perf stat -x, -e context-switches -p "$procs" -o "$out.perf" -- sleep "$((WINDOW - 2))" >/dev/null 2>&1 || true
 	fi
 	wait "$lg" || die "loadgen failed against ${NAMES[$2]}"
-	python3 - "$out.json" "$out.perf" "$1" "${NAMES[$2]}" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-cpu = next(p["cpuSecondsPerMillionEvents"] for p in r["procs"] if p["name"] == "proxy")
-cs = "—"
-try:
-    for line in open(sys.argv[2]):
-        if "context-switches" in line:
-            cs = f'{int(line.split(",")[0]):,}'
-except OSError:
-    pass
-print(f'| {sys.argv[3]} | {sys.argv[4]} | {cpu:.2f} | {r["latency"]["p99Ms"]:.3f} | {cs} |')
-PY
+	# loadgen's table: "latency ms: p50 … p99 X …" and
+	# "proxy pids [...] cpu S s (X s per 1M events) …".
+	awk -v round="$1" -v name="${NAMES[$2]}" -v cs="$( (grep -s context-switches "$out.perf" || true) | cut -d, -f1)" '
+		/^latency ms:/ { for (i = 1; i < NF; i++) if ($i == "p99") p99 = $(i + 1) }
+		$1 == "proxy" { for (i = 1; i < NF; i++) if ($i == "per" && $(i + 1) == "1M") cpu = substr($(i - 2), 2) }
+		END { printf "| %s | %s | %.2f | %.3f | %s |\n", round, name, cpu, p99, (cs == "" ? "—" : cs) }' "$out.txt"
 }
 
 echo "| round | proxy | CPU s per 1M events | p99 ms | context switches in $((WINDOW - 2)) s |"
