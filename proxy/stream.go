@@ -17,6 +17,7 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/auth"
+	"github.com/aguard/aguard/internal/rawio"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/sse"
 	"github.com/valyala/fasthttp"
@@ -86,7 +87,7 @@ type stream struct {
 	// Consumer side, guarded by wmu: the pump and the heartbeat both write.
 	wmu          sync.Mutex
 	conn         net.Conn
-	w            io.Writer // writes conn (newConsumerWriter)
+	w            io.Writer // writes conn (rawio.Conn)
 	out          []byte    // pending frames, after chunkHead reserved bytes
 	finished     bool
 	lastWrite    time.Time
@@ -276,7 +277,7 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	defer p.track(s, false)
 
 	s.conn = c
-	s.w = newConsumerWriter(c)
+	s.w = rawio.Conn(c)
 	now := time.Now()
 	s.lastWrite, s.lastDeadline = now, now
 	s.quietSince = now

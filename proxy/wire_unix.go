@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"github.com/aguard/aguard/internal/rawio"
 )
 
 // wireReadsFD: the wire can read its socket directly (wire.readFD).
@@ -28,7 +30,7 @@ func (w *wire) readFD(b []byte) (int, error) {
 		return 0, err
 	}
 	for {
-		n, err := rawRead(w.fd, b)
+		n, err := rawio.Read(w.fd, b)
 		w.c.socketReads++
 		switch {
 		case err == syscall.EINTR:

@@ -1,10 +1,11 @@
 //go:build unix
 
-package proxy
+package rawio
 
 import (
 	"bytes"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"syscall"
@@ -41,9 +42,9 @@ func TestRawWritesWaitForAConsumerThatReadsSlowly(t *testing.T) {
 	server, client := tcpPair(t)
 	server.SetWriteBuffer(16 << 10)
 	client.SetReadBuffer(16 << 10)
-	w, ok := newConsumerWriter(server).(*consumerWriter)
+	w, ok := Conn(server).(*conn)
 	if !ok {
-		t.Fatal("no raw writer for a plain TCP connection")
+		t.Fatal("no raw connection for a plain TCP connection")
 	}
 	want := make([]byte, 8<<20)
 	for i := range want {
@@ -77,7 +78,7 @@ func TestRawWritesWaitForAConsumerThatReadsSlowly(t *testing.T) {
 func TestRawWritesKeepTheWriteDeadline(t *testing.T) {
 	server, _ := tcpPair(t)
 	server.SetWriteBuffer(16 << 10)
-	w := newConsumerWriter(server)
+	w := Conn(server)
 	server.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
 	n, err := w.Write(make([]byte, 64<<20))
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
@@ -94,7 +95,7 @@ func TestRawWritesReportAConsumerThatLeft(t *testing.T) {
 	server, client := tcpPair(t)
 	client.SetLinger(0) // close with a reset
 	client.Close()
-	w := newConsumerWriter(server)
+	w := Conn(server)
 	var err error
 	for range 1000 { // the reset may come after a write was taken
 		if _, err = w.Write([]byte("data: {}\n\n")); err != nil {
@@ -103,5 +104,82 @@ func TestRawWritesReportAConsumerThatLeft(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("writes to a consumer that reset its connection: %v; want EPIPE or ECONNRESET", err)
+	}
+}
+
+// A read finds no data, waits through the netpoller, and returns what the
+// peer writes once it writes it; the peer's close is io.EOF.
+func TestRawReadsWaitForThePeer(t *testing.T) {
+	server, client := tcpPair(t)
+	c := Conn(server)
+	got := make(chan string, 2)
+	go func() {
+		b := make([]byte, 64)
+		for {
+			n, err := c.Read(b)
+			if err != nil {
+				got <- "err: " + err.Error()
+				if err == io.EOF {
+					got <- "EOF"
+				}
+				return
+			}
+			got <- string(b[:n])
+		}
+	}()
+	if _, err := client.Write([]byte("+PONG\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s != "+PONG\r\n" {
+		t.Fatalf("first read = %q; want the peer's reply", s)
+	}
+	client.Close()
+	<-got
+	if s := <-got; s != "EOF" {
+		t.Fatalf("read after the peer closed = %q; want io.EOF", s)
+	}
+}
+
+// A read from a peer that sends nothing ends at the read deadline with a
+// net.Error whose Timeout is true, as go-redis expects of a connection.
+func TestRawReadsKeepTheReadDeadline(t *testing.T) {
+	server, _ := tcpPair(t)
+	c := Conn(server)
+	c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := c.Read(make([]byte, 16))
+	var ne net.Error
+	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read from a silent peer = %d, %v; want a timeout", n, err)
+	}
+}
+
+// A connection closed while a read waits ends the read with net.ErrClosed.
+func TestRawReadsEndWhenTheConnectionCloses(t *testing.T) {
+	server, _ := tcpPair(t)
+	c := Conn(server)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 16))
+		done <- err
+	}()
+	c.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read on a connection closed under it = %v; want net.ErrClosed", err)
+	}
+}
+
+// The raw connection still gives its descriptor to whoever asks
+// (go-redis's health check peeks at it through syscall.Conn), and a
+// connection that is not plain TCP is returned as it is.
+func TestConnKeepsTheSocketsOwnMethods(t *testing.T) {
+	server, _ := tcpPair(t)
+	if _, ok := Conn(server).(syscall.Conn); !ok {
+		t.Fatal("the raw connection hides SyscallConn")
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if Conn(a) != a {
+		t.Fatal("Conn wrapped a connection that is not a TCP socket")
 	}
 }
