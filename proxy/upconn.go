@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/internal/chunked"
+	"github.com/aguard/aguard/internal/rawio"
 	"github.com/valyala/fasthttp"
 )
 
@@ -118,7 +119,9 @@ func (p *pool) dial(ctx context.Context) (*upConn, error) {
 		return nil, err
 	}
 	c := &upConn{pool: p, tcp: tcp}
-	c.conn = &wire{Conn: tcp, c: c, fd: -1}
+	// The request and the answer's head go through raw system calls too
+	// (package rawio); the body, once streaming, through wire.readFD.
+	c.conn = &wire{Conn: rawio.Conn(tcp), c: c, fd: -1}
 	if p.tls != nil {
 		tc := tls.Client(c.conn, p.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/aguard/aguard/internal/rawio"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 )
@@ -118,9 +120,49 @@ func CheckRedisURL(mode, u string) error {
 
 // newRedisClients parses u as mode says, with go-redis's own parser, and
 // applies aguard's defaults: short timeouts and a single retry, since the
-// Store's queue does the retrying. onConnect (nil: none) runs on every new
+// Store's queue does the retrying, and connections that read and write
+// with raw system calls (rawDial). onConnect (nil: none) runs on every new
 // connection to one Redis (single, sentinel), before it serves anything.
 func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn) error) (*redisClients, error) {
+	rc, err := configureRedisClients(mode, u, onConnect)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []redis.UniversalClient{rc.rdb, rc.bulk} {
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			// A cluster's connections are its node clients'.
+			cc.OnNewNode(func(n *redis.Client) { n.AddHook(rawDial{}) })
+		} else {
+			c.AddHook(rawDial{})
+		}
+	}
+	return rc, nil
+}
+
+// rawDial is the go-redis hook that hands every plain TCP connection a
+// client dials to rawio.Conn: the write-behind's round trips, a few a
+// second per run, then read and write without entering Go's system-call
+// state (see package rawio). TLS connections are left as they are.
+type rawDial struct{}
+
+func (rawDial) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := next(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return rawio.Conn(c), nil
+	}
+}
+
+func (rawDial) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (rawDial) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// configureRedisClients is newRedisClients without the dial hook.
+func configureRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn) error) (*redisClients, error) {
 	o, err := parseRedisURL(mode, u)
 	if err != nil {
 		return nil, err
