@@ -12,8 +12,9 @@
 #
 # MODE: paced (default), unpaced (50 streams, as fast as read) or tools (200
 # streams × 20 events/s, runs of 200 events with two frontend calls of 1 KiB
-# arguments, as run.sh's tools phase). Needs nginx (apt-get install -y
-# nginx-light). Everything listens on 127.0.0.1; every process started here
+# arguments, as run.sh's tools phase). REDIS=1 gives every aguard the
+# ledger in Redis (--redis; one throwaway redis-server, a database per
+# aguard). Needs nginx (apt-get install -y nginx-light). Everything listens on 127.0.0.1; every process started here
 # is stopped on exit. Writes a Markdown table to stdout.
 set -euo pipefail
 
@@ -52,11 +53,21 @@ await "$SIM_PORT"
 "$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
 NAMES=(nginx) TPIDS=($!) PORTS=("$NGINX_PORT")
 PIDS+=($!)
+REDIS_ARGS=()
+if [[ -n ${REDIS:-} ]]; then
+	redis_port=$((BASE_PORT + 9))
+	redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no >"$WORK/redis.log" 2>&1 &
+	PIDS+=($!)
+	await "$redis_port"
+fi
 port=$((NGINX_PORT + 1))
+db=0
 for ref in "${REFS[@]}"; do
 	name=$(refname "$ref")
+	[[ -z ${REDIS:-} ]] || REDIS_ARGS=(--redis "redis://127.0.0.1:$redis_port/$db")
+	db=$((db + 1))
 	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
-		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
+		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name.log" 2>&1 &
 	PIDS+=($!) TPIDS+=($!) NAMES+=("aguard $ref") PORTS+=("$port")
 	port=$((port + 1))
 done
@@ -88,4 +99,4 @@ for round in $(seq "$ROUNDS"); do
 	for i in "${!TPIDS[@]}"; do measure "$round" "$i"; done
 done
 echo
-echo "($MODE: $QUERY ${LOAD[*]}, ${WINDOW}s windows; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "($MODE${REDIS:+ with --redis}: $QUERY ${LOAD[*]}, ${WINDOW}s windows; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
