@@ -51,7 +51,11 @@ type viewCall struct {
 // and has not been written back — the thread and records come from this
 // process's memory (FromMemory); if memory has nothing of the thread,
 // ReadThread fails with an error wrapping ErrUnavailable, and the caller
-// must not read that as "nothing pending".
+// must not read that as "nothing pending". While this Store knows Redis
+// lost data (the loss Ready reports), a record it can only copy from
+// memory is one Redis lost, whether or not Redis answers the read: a
+// decision on it may have been lost, and Judge declines an answer to it
+// if it is held.
 func (s *Store) ReadThread(ctx context.Context, thread string, ids []string) (*ThreadView, error) {
 	if s.closed.Load() {
 		return nil, errClosed
@@ -98,6 +102,17 @@ func (s *Store) ReadThread(ctx context.Context, thread string, ids []string) (*T
 			v.calls[id] = &viewCall{call: it.call.clone(), queued: true}
 		} else if e, ok := s.lookupCall(r); ok {
 			v.calls[id] = &viewCall{call: e.call.clone(), ver: e.ver}
+		}
+	}
+	// A loss is found by whichever connection first reaches the restarted
+	// Redis (onConnect), which may be before the writer's probe finds Redis
+	// back: Ready then reports the loss while reads still come from here.
+	// Asked after the copies are taken, so that a loss found meanwhile
+	// counts. A queued write is this process's own, newer than what Redis
+	// lost, as readViewOnce takes it.
+	if s.inLossWindow() {
+		for _, vc := range v.calls {
+			vc.unverified = !vc.queued
 		}
 	}
 	return v, nil

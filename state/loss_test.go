@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
@@ -197,6 +199,85 @@ func TestARestartWithoutPersistenceIsALoss(t *testing.T) {
 	waitKeys(t, srv, ledgerKeys...)
 	if got := metricValue(t, s.met.dataLost.WithLabelValues("restart")); got != 1 {
 		t.Errorf("aguard_state_redis_data_lost_total{cause=restart} = %v, want 1", got)
+	}
+}
+
+// probeGate is a go-redis hook that fails the writer's probe (PING) while
+// shut, so that a Store that found Redis unreachable stays down whatever
+// Redis does; other commands, and new connections, pass.
+type probeGate struct{ shut atomic.Bool }
+
+// errProbeShut is the probe's failure while the gate is shut.
+var errProbeShut = errors.New("the test holds the probe back")
+
+func (g *probeGate) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (g *probeGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (g *probeGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if g.shut.Load() && cmd.Name() == "ping" {
+			return errProbeShut
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestAHeldCallReadFromMemoryAfterALossIsDeclined: Redis is killed (-9)
+// while an approval is held, the Store finds it unreachable, and Redis
+// restarts empty. A new connection (the invalidation subscription's) finds
+// the loss before the writer's probe finds Redis back: the Store reports
+// the loss while it still serves from memory. An answer to the held call
+// read then is declined (approval lost), as it is once Redis answers, not
+// refused as awaiting an approval nobody can vouch for.
+func TestAHeldCallReadFromMemoryAfterALossIsDeclined(t *testing.T) {
+	srv := redistest.Start(t)
+	gate := &probeGate{}
+	s := openRedisStore(t, srv, Options{Hooks: []redis.Hook{gate}})
+	holdAndPend(t, s)
+	await.For(t, "the first heartbeat", s.markerSet)
+	ctx := context.Background()
+	read := func(when string) (*ThreadView, AnswerVerdict) {
+		t.Helper()
+		v, err := s.ReadThread(ctx, "thread-c", []string{"h"})
+		if err != nil {
+			t.Fatalf("ReadThread(thread-c) %s: %v", when, err)
+		}
+		return v, v.Judge("h", []byte(`"paid"`), "", false, time.Now())
+	}
+
+	gate.shut.Store(true)
+	srv.Stop()
+	// Unreachable, nothing lost yet: the held call is held to its last
+	// known state.
+	if _, verdict := read("with Redis down"); verdict.Action != AnswerAwait {
+		t.Fatalf("answer to the held call with Redis down = %+v, want it awaiting approval", verdict)
+	}
+	srv.Restart()
+	await.For(t, "the loss to be reported while Redis is still taken for unreachable", func() bool {
+		_, reason := s.Ready()
+		return strings.Contains(reason, "redis unreachable") && strings.Contains(reason, "redis lost data (restart)")
+	})
+	v, verdict := read("after the loss, from memory")
+	if !v.FromMemory || verdict.Action != AnswerDecline || verdict.Reason != "approval lost" {
+		t.Fatalf("answer to the held call after the loss (from memory: %v) = %+v, want a decline (approval lost)", v.FromMemory, verdict)
+	}
+	res := s.ApplyAnswers(ctx, v, []Change{{"h", verdict.Transition}})
+	if (res[0].Err != nil && !errors.Is(res[0].Err, ErrQueued)) || res[0].Call == nil || res[0].Call.Cause != CauseApprovalLost {
+		t.Fatalf("recorded decline = %+v", res[0])
+	}
+
+	gate.shut.Store(false)
+	await.For(t, "the write-back", func() bool {
+		s.loss.mu.Lock()
+		defer s.loss.mu.Unlock()
+		return s.loss.completed
+	})
+	waitKeys(t, srv, "aguard:{thread-c}:call:h")
+	if c := mustGet(t, openRedisStore(t, srv, Options{}), "thread-c", "h"); c.Status != StatusCancelled || c.Cause != CauseApprovalLost {
+		t.Fatalf("held call after the write-back = %s %q, want the decline to stand", c.Status, c.Cause)
 	}
 }
 
