@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/aguard/aguard/internal/rawio"
 	"github.com/valyala/fasthttp"
 )
 
@@ -40,6 +41,7 @@ func (l consumerListener) Accept() (net.Conn, error) {
 // *net.TCPConn so that its descriptor stays reachable (File, SyscallConn).
 type consumerConn struct {
 	*net.TCPConn
+	raw     net.Conn // the TCPConn's Read and Write as raw system calls (rawio.Conn)
 	inHead  bool
 	prev    byte // the last byte of the head read so far
 	lineLen int  // bytes of the current line, CR excluded
@@ -48,14 +50,14 @@ type consumerConn struct {
 }
 
 func newConsumerConn(c *net.TCPConn) *consumerConn {
-	return &consumerConn{TCPConn: c, inHead: true}
+	return &consumerConn{TCPConn: c, raw: rawio.Conn(c), inHead: true}
 }
 
 func (c *consumerConn) Read(b []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	n, err := c.TCPConn.Read(b)
+	n, err := c.raw.Read(b)
 	if c.inHead && n > 0 {
 		if bad := c.scanHead(b[:n]); bad >= 0 {
 			// Hand over what precedes the bare LF: fasthttp must not see a
@@ -98,7 +100,7 @@ func (c *consumerConn) Write(b []byte) (int, error) {
 	if !isInterim(b) {
 		c.inHead, c.prev, c.lineLen, c.sawLine = true, 0, 0, false
 	}
-	return c.TCPConn.Write(b)
+	return c.raw.Write(b)
 }
 
 // isInterim reports a write starting with an interim (1xx) status line, as

@@ -284,7 +284,7 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	c.SetWriteDeadline(now.Add(stalledConsumer))
 	end := "consumer_gone"
 	stopWatch := func() {}
-	if _, err := c.Write(s.head); err == nil {
+	if _, err := s.w.Write(s.head); err == nil {
 		s.timer = time.AfterFunc(p.opt.Heartbeat, s.tick)
 		stopWatch = p.watchConsumer(c, s)
 		end = s.pump()
