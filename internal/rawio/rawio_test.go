@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -87,6 +88,9 @@ func TestRawWritesKeepTheWriteDeadline(t *testing.T) {
 	if n >= 64<<20 {
 		t.Fatalf("wrote all %d bytes to a consumer that reads nothing", n)
 	}
+	if !strings.HasPrefix(err.Error(), "write tcp ") {
+		t.Fatalf("the timeout reads %q; want it named as net.Conn.Write names it (write tcp …)", err)
+	}
 }
 
 // A consumer that has gone (its connection reset) makes the write fail
@@ -150,6 +154,9 @@ func TestRawReadsKeepTheReadDeadline(t *testing.T) {
 	var ne net.Error
 	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("Read from a silent peer = %d, %v; want a timeout", n, err)
+	}
+	if !strings.HasPrefix(err.Error(), "read tcp ") {
+		t.Fatalf("the timeout reads %q; want it named as net.Conn.Read names it (read tcp …)", err)
 	}
 }
 

@@ -62,7 +62,7 @@ func (c *conn) Read(b []byte) (int, error) {
 		}
 	})
 	if err != nil {
-		return n, err
+		return n, asOp("read", err)
 	}
 	return n, rerr
 }
@@ -89,7 +89,7 @@ func (c *conn) Write(b []byte) (int, error) {
 		return true
 	})
 	if err != nil {
-		return n, err
+		return n, asOp("write", err)
 	}
 	return n, werr
 }
@@ -97,4 +97,16 @@ func (c *conn) Write(b []byte) (int, error) {
 // opError wraps err as the net package wraps a failed read or write.
 func (c *conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// asOp names the failed operation op in an error of the RawConn (which
+// names it "raw-read" or "raw-write"), so that a timeout or a close reads
+// in a log as the net package's own read or write would.
+func asOp(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok && oe.Op != op {
+		e := *oe
+		e.Op = op
+		return &e
+	}
+	return err
 }
