@@ -116,31 +116,25 @@ func TestRawWritesReportAConsumerThatLeft(t *testing.T) {
 func TestRawReadsWaitForThePeer(t *testing.T) {
 	server, client := tcpPair(t)
 	c := Conn(server)
-	got := make(chan string, 2)
+	type result struct {
+		s   string
+		err error
+	}
+	got := make(chan result, 1)
 	go func() {
 		b := make([]byte, 64)
-		for {
-			n, err := c.Read(b)
-			if err != nil {
-				got <- "err: " + err.Error()
-				if err == io.EOF {
-					got <- "EOF"
-				}
-				return
-			}
-			got <- string(b[:n])
-		}
+		n, err := c.Read(b)
+		got <- result{string(b[:n]), err}
 	}()
 	if _, err := client.Write([]byte("+PONG\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	if s := <-got; s != "+PONG\r\n" {
-		t.Fatalf("first read = %q; want the peer's reply", s)
+	if r := <-got; r.err != nil || r.s != "+PONG\r\n" {
+		t.Fatalf("first read = %q, %v; want the peer's reply", r.s, r.err)
 	}
 	client.Close()
-	<-got
-	if s := <-got; s != "EOF" {
-		t.Fatalf("read after the peer closed = %q; want io.EOF", s)
+	if n, err := c.Read(make([]byte, 64)); n != 0 || err != io.EOF {
+		t.Fatalf("read after the peer closed = %d, %v; want io.EOF", n, err)
 	}
 }
 
