@@ -10,7 +10,9 @@
 // shaped as in the README's "Policies" section. It fails closed: whatever
 // keeps the policy from deciding — an evaluation error, a timeout, an output
 // of the wrong shape, no policy — is a deny that carries the error (a hold,
-// as a call starts). It
+// as a call starts). A revision whose answers depend only on the input
+// values it reads keeps its recent decisions and answers a repeated set of
+// values without evaluating again (memo.go). It
 // watches a folder (fsnotify, polling as a fallback) and keeps the last good
 // policy serving when a new one does not compile (Status, Ready report why).
 //

@@ -169,6 +169,10 @@ type prepared struct {
 	// input.call.arguments and input.tool.parameters; when it cannot,
 	// the input leaves them null and is cheap to build (see reads).
 	readsArgs, readsParams bool
+	// memo keeps the revision's recent decisions by the input values the
+	// policy reads; nil when its output may depend on anything else
+	// (memo.go).
+	memo *memo
 }
 
 // New loads, compiles and prepares the policy set of opt.Dir (or the
@@ -251,7 +255,8 @@ func (e *Engine) prepare(ctx context.Context, snap *snapshot) (*prepared, error)
 		return nil, err
 	}
 	return &prepared{query: pq, revision: rev,
-		readsArgs: reads(c, "call", "arguments"), readsParams: reads(c, "tool", "parameters")}, nil
+		readsArgs: reads(c, "call", "arguments"), readsParams: reads(c, "tool", "parameters"),
+		memo: newMemo(c)}, nil
 }
 
 // Decide evaluates data.aguard.decision for in. It never fails: when the
@@ -329,6 +334,15 @@ func (e *Engine) evaluate(ctx context.Context, in *Input, rec *evalRecord) Decis
 		return failClosed(d, "policy evaluation was cancelled",
 			fmt.Errorf("policy: call %q (tool %q) not evaluated: %w", in.Call.ID, in.Call.Name, context.Cause(ctx)))
 	}
+	m := p.memo
+	if rec != nil {
+		m = nil // decisions from bundles are evaluated every time (memo.go)
+	}
+	key, kept, hit := m.lookup(in.Phase, v)
+	if hit {
+		d.Action, d.Reason, d.ApprovalTimeout = kept.action, kept.reason, kept.timeout
+		return d
+	}
 	ctx, cancel := context.WithTimeout(ctx, e.timeout)
 	rs, err := eval(ctx, &p.query, v, txn)
 	ctxErr := ctx.Err()
@@ -359,6 +373,7 @@ func (e *Engine) evaluate(ctx context.Context, in *Input, rec *evalRecord) Decis
 			fmt.Errorf("policy: %v for call %q (tool %q) at revision %s: %w",
 				decisionRef, in.Call.ID, in.Call.Name, p.revision, err))
 	}
+	m.put(key, memoized{action: d.Action, reason: d.Reason, timeout: d.ApprovalTimeout})
 	return d
 }
 
