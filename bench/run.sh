@@ -25,7 +25,8 @@
 #   tools     TOOLS_STREAMS streams × TOOLS_RATE events/s, TOOLS_SECONDS: runs of
 #             TOOLS_EVENTS content events carrying 2 frontend tool calls with
 #             TOOLS_ARGS bytes of arguments each (left pending at RUN_FINISHED,
-#             so every run end is a ledger write); latency and CPU as for paced
+#             so every run end is a ledger write); latency and CPU as for paced,
+#             TOOLS_ROUNDS rounds, targets interleaved, each target's median shown
 #   idlesweep nginx and aguard only, each count of IDLE_COUNTS silent streams on
 #             a freshly started proxy: RSS per stream against the number of
 #             streams (counts are capped by the open-file limit: a proxy holds
@@ -58,7 +59,7 @@ FRESH_NGINX_PORT=$((BASE_PORT + 9))    # idlesweep: a fresh proxy for each count
 FRESH_AGUARD_PORT=$((BASE_PORT + 10))
 FRESH_ADMIN_PORT=$((BASE_PORT + 11))
 if [[ -n ${QUICK:-} ]]; then
-	: "${UNPACED_SECONDS:=5}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}"
+	: "${UNPACED_SECONDS:=5}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}" "${TOOLS_ROUNDS:=1}"
 	: "${SWEEP_SECONDS:=5}" "${SWEEP_STREAMS:=100 1000 5000}" "${IDLE_COUNTS:=1000 10000}"
 fi
 PHASES=${PHASES:-idle unpaced paced sweep tools idlesweep}
@@ -77,6 +78,7 @@ TOOLS_CALLS=${TOOLS_CALLS:-2}
 TOOLS_ARGS=${TOOLS_ARGS:-1024}
 TOOLS_SECONDS=${TOOLS_SECONDS:-20}
 TOOLS_RAMP=${TOOLS_RAMP:-10}            # seconds; spreads run ends over a run's length
+TOOLS_ROUNDS=${TOOLS_ROUNDS:-3}         # tool-call runs per target, interleaved; the median is reported
 SWEEP_STREAMS=${SWEEP_STREAMS:-100 300 1000 3000 5000}
 SWEEP_TOTAL_RATE=${SWEEP_TOTAL_RATE:-20000} # events/s offered in all at every stream count
 SWEEP_SECONDS=${SWEEP_SECONDS:-10}
@@ -102,6 +104,7 @@ mkdir -p "$BIN" "$RES" "$WORK/nginx/tmp"
 PIDS=()
 WAITED=0
 PACED_ROUNDS_TEXT=""
+TOOLS_ROUNDS_TEXT=""
 
 log() { printf '[run.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -347,6 +350,7 @@ measure() {
 	STEP=$((STEP + 1))
 	local label=$phase
 	[[ $phase == paced-r* ]] && label="paced, round ${phase#paced-r} of $PACED_ROUNDS"
+	[[ $phase == tools-r* ]] && label="tools, round ${phase#tools-r} of $TOOLS_ROUNDS"
 	progress "$label / $target"
 	local url=${M_URL:-${URL[$target]}} pid=${M_PID:-${PROXY_PID[$target]:-}}
 	local watch=(-watch "agentsim=$SIM_PID")
@@ -404,10 +408,13 @@ stop_fresh() {
 # phase NAME: true when PHASES includes it.
 phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
-# The paced phase decides the CPU target, and one run of it varies by ±5 %
-# on a shared machine: it runs PACED_ROUNDS times, the targets interleaved,
-# and the report shows each target's median round (by the proxy's CPU per
-# event; for direct, by p99 latency), with every round listed.
+# The paced and tools phases decide the CPU targets, and one run of them
+# varies by ±5 % (paced) to ±15 % (tools) on a shared machine: each runs
+# PACED_ROUNDS (TOOLS_ROUNDS) times, the targets interleaved, and the report
+# shows each target's median round (by the proxy's CPU per event; for
+# direct, by p99 latency), with every round listed. A tools round has
+# threads of its own (loadgen -thread-prefix): the calls an earlier round
+# left pending stay out of its way.
 run_phases() {
 	local t r n rate ramp
 	if phase idle; then
@@ -439,9 +446,11 @@ run_phases() {
 		done
 	fi
 	if phase tools; then
-		for t in "${TARGETS[@]}"; do
-			measure tools "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
-				-streams "$TOOLS_STREAMS" -ramp "${TOOLS_RAMP}s" -warmup 2s -duration "${TOOLS_SECONDS}s"
+		for r in $(seq "$TOOLS_ROUNDS"); do
+			for t in "${TARGETS[@]}"; do
+				measure "tools-r$r" "$t" "events=$TOOLS_EVENTS&rate=$TOOLS_RATE&tools=$TOOLS_CALLS&args=$TOOLS_ARGS&frontend=true" \
+					-streams "$TOOLS_STREAMS" -ramp "${TOOLS_RAMP}s" -warmup 2s -duration "${TOOLS_SECONDS}s" -thread-prefix "tools-r$r-thread-"
+			done
 		done
 	fi
 	# Memory per idle stream against the number of streams, each count on a
@@ -464,24 +473,34 @@ PLAN=0
 T0=$(date +%s)
 run_phases
 
-if phase paced; then
-	# figure FILE: the proxy's CPU s per 1M events, or p99 ms without a proxy.
-	figure() {
-		awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
-			END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
-	}
+# figure FILE: the proxy's CPU s per 1M events, or p99 ms without a proxy.
+figure() {
+	awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
+		END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
+}
+# median_rounds PHASE ROUNDS: makes each target's median round of PHASE its
+# PHASE result, and prints every round's figure ("target r1 / r2 …; …").
+median_rounds() {
+	local phase=$1 rounds=$2 t r median text="" figures
 	for t in "${TARGETS[@]}"; do
 		figures=()
-		for r in $(seq "$PACED_ROUNDS"); do
-			figures+=("$(figure "$RES/paced-r$r-$t.json")")
+		for r in $(seq "$rounds"); do
+			figures+=("$(figure "$RES/$phase-r$r-$t.json")")
 		done
 		# The round of the median figure (rounds are numbered from 1).
 		median=$(for i in "${!figures[@]}"; do echo "${figures[$i]} $((i + 1))"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
-		cp "$RES/paced-r$median-$t.json" "$RES/paced-$t.json"
-		cp "$RES/paced-r$median-$t.noise" "$RES/paced-$t.noise"
-		rounds=$(printf ' / %s' "${figures[@]}")
-		PACED_ROUNDS_TEXT+="${PACED_ROUNDS_TEXT:+; }$t ${rounds# / }"
+		cp "$RES/$phase-r$median-$t.json" "$RES/$phase-$t.json"
+		cp "$RES/$phase-r$median-$t.noise" "$RES/$phase-$t.noise"
+		r=$(printf ' / %s' "${figures[@]}")
+		text+="${text:+; }$t ${r# / }"
 	done
+	printf '%s' "$text"
+}
+if phase paced; then
+	PACED_ROUNDS_TEXT=$(median_rounds paced "$PACED_ROUNDS")
+fi
+if phase tools; then
+	TOOLS_ROUNDS_TEXT=$(median_rounds tools "$TOOLS_ROUNDS")
 fi
 if command -v redis-cli >/dev/null; then
 	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats >"$RES/redis-commandstats.txt" 2>/dev/null || true
@@ -497,7 +516,8 @@ log "measured in $(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 
 	echo "- workload: agentsim AG-UI 1.0 runs of TEXT_MESSAGE_CONTENT events, ${DELTA}-byte deltas, no tool calls (pass-through), each event its own flushed SSE frame; agentsim, the proxy and loadgen share the machine"
 	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up, $PACED_ROUNDS rounds with the targets interleaved, each target's median round shown; idle: $IDLE_STREAMS streams"
 	echo "- paced rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $PACED_ROUNDS_TEXT"
-	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up"
+	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up, $TOOLS_ROUNDS rounds with the targets interleaved, each target's median round shown"
+	echo "- tools rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $TOOLS_ROUNDS_TEXT"
 	echo "- sweep (nginx and aguard): $SWEEP_TOTAL_RATE events/s offered in all, shared by $(echo "$SWEEP_STREAMS" | sed 's/ /, /g') streams in turn, ${SWEEP_SECONDS}s window after a ramp of max(2 s, streams/1000 s) + 3s warm-up"
 	echo "- idlesweep (nginx and aguard): $(echo "$IDLE_COUNTS" | sed 's/ /, /g') silent streams, each count on a freshly started proxy (open-file limit $NOFILE)"
 	echo "- aguard + Redis: a second \`aguard serve\` with \`--redis redis://127.0.0.1:$REDIS_PORT/0\`, $("$REDIS" --version | cut -d' ' -f1-3) on loopback, \`--save '' --appendonly no\`"
