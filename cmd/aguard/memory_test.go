@@ -370,20 +370,27 @@ func TestStreamMemoryPerEventByteBounded(t *testing.T) {
 				live := gc.peak()
 				t.Logf("%s, %d streams %s, %d events of %d bytes each: largest live heap %.0f MiB (%.1f MiB per stream); RSS %.0f MiB at start, peak %.0f MiB (+%.1f MiB per stream)",
 					kind, streams, phase, events, size, live, live/streams, base, peak, (peak-base)/streams)
-				// About 2×N per event at work, with room for the GC's timing;
-				// one after the other, only the stream at work holds its event
-				// and the others keep little (2 MiB each at most). A messages
+				// About 2×N per event at work — 3×N at the moment an event
+				// that must be compacted is written (the read buffer, the
+				// compacted event, the frame) — with room for the GC's
+				// timing: the largest live heap a collection finds depends on
+				// when it runs, and 10 streams at once measured 370–530 MiB
+				// over seventeen runs on a 2-CPU host. One after the other,
+				// only the stream at work holds its event (and the one before
+				// it, still letting its event go as the next starts: 82 MiB
+				// once, 50 usually), and the others keep little (2 MiB each
+				// at most); keeping every event would be 160 MiB. A messages
 				// snapshot is checked message by message on a tree of them,
 				// about 100 bytes per JSON value: its messages of 1 KiB cost
 				// more.
 				eventMiB := float64(size) / (1 << 20)
-				factor := 3.0
+				factor := 3.5
 				if kind == "messages" {
 					factor = 4.5
 				}
 				limit := streams * factor * eventMiB
 				if phase == "one after the other" {
-					limit = factor*eventMiB + streams*2
+					limit = (factor+1)*eventMiB + streams*2
 				}
 				if live > limit {
 					t.Errorf("%s, %s: largest live heap %.0f MiB; want at most %.0f MiB", kind, phase, live, limit)
