@@ -14,6 +14,7 @@ import (
 	"github.com/aguard/aguard/auth"
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/internal/logging"
+	"github.com/aguard/aguard/internal/memtidy"
 	"github.com/aguard/aguard/internal/tracing"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
@@ -60,6 +61,9 @@ type running struct {
 	serveErr  chan error
 	// hooksRedis holds the webhook deliveries (nil without Redis).
 	hooksRedis redis.UniversalClient
+	// tidy returns memory to the system when aguard goes quiet after a
+	// burst (idle streams hold less).
+	tidy *memtidy.Tidy
 }
 
 // closeRedis closes c, if any.
@@ -208,6 +212,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	log.Info("aguard listening", "listen", r.addr.String(), "admin", r.adminAddr.String(),
 		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "",
 		"auth", authSource(cfg), "reviewers", reviewers.Len(), "traces", tracesTo)
+	r.tidy = memtidy.Start(memtidy.Options{Logger: log})
 	started = true
 	return r, nil
 }
@@ -240,6 +245,7 @@ func (r *running) shutdown(timeout time.Duration) error {
 	actx, acancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer acancel()
 	r.admin.Shutdown(actx)
+	r.tidy.Stop()
 	r.log.Info("stopped")
 	return err
 }

@@ -1,0 +1,91 @@
+package memtidy
+
+import (
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// feed gives w one sample per entry of allocs and returns the indexes at
+// which it decided to reclaim.
+func feed(w *watch, allocs ...uint64) []int {
+	var at []int
+	for i, a := range allocs {
+		if w.observe(sample{allocs: a}) {
+			at = append(at, i)
+		}
+	}
+	return at
+}
+
+// testOptions: a Quiet of four samples, quiet under 100 bytes, bursts from
+// 1,000 bytes.
+var testOptions = Options{Every: time.Second, Quiet: 4 * time.Second, QuietBytes: 100, MinReclaim: 1000}
+
+func TestABurstThenQuietIsReclaimedOnce(t *testing.T) {
+	w := newWatch(testOptions)
+	// A burst of 5,000 bytes, then nothing: reclaimed once the last 4 s
+	// allocated under 100 bytes, and not again while nothing happens.
+	got := feed(w, 0, 2000, 5000, 5000, 5000, 5000, 5000, 5000, 5010, 5020, 5030)
+	if len(got) != 1 || got[0] != 6 {
+		t.Fatalf("reclaimed at samples %v, want [6] (the first with 4 s of quiet after the burst)", got)
+	}
+	// A second burst, then quiet again: a second reclaim.
+	got = feed(w, 7000, 9000, 9000, 9000, 9000, 9000)
+	if len(got) != 1 || got[0] != 5 {
+		t.Fatalf("after a second burst, reclaimed at %v, want [5]", got)
+	}
+}
+
+func TestABusyProcessIsNotReclaimed(t *testing.T) {
+	w := newWatch(testOptions)
+	var allocs []uint64
+	for i := range 100 {
+		allocs = append(allocs, uint64(i)*50) // 200 bytes every 4 s: never quiet
+	}
+	if got := feed(w, allocs...); len(got) != 0 {
+		t.Fatalf("reclaimed at %v while allocating 50 bytes a second, over the quiet 100 per 4 s", got)
+	}
+}
+
+func TestQuietWithoutABurstIsNotReclaimed(t *testing.T) {
+	w := newWatch(testOptions)
+	// Slow allocation: quiet at every sample, but 1,000 bytes since the
+	// start are reached only at the last sample.
+	var allocs []uint64
+	for i := range 43 {
+		allocs = append(allocs, uint64(i)*24)
+	}
+	got := feed(w, allocs...)
+	if len(got) != 1 || got[0] != 42 {
+		t.Fatalf("reclaimed at %v, want only [42], once 1,000 bytes were allocated", got)
+	}
+}
+
+var sink [][]byte
+
+func TestATidyReturnsTheMemoryOfABurst(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	before := read()
+	tidy := Start(Options{Every: 10 * time.Millisecond, Quiet: 50 * time.Millisecond, QuietBytes: 1 << 20, MinReclaim: 16 << 20})
+	defer tidy.Stop()
+	// 64 MiB of garbage, 256 KiB at a time, then nothing.
+	for range 256 {
+		sink = append(sink, make([]byte, 256<<10))
+		if len(sink) == 16 {
+			sink = nil
+		}
+	}
+	sink = nil
+	deadline := time.Now().Add(30 * time.Second)
+	for tidy.Reclaims() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no reclaim within 30 s of a 64 MiB burst")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if after := read(); after.released <= before.released {
+		t.Fatalf("heap released to the system: %d bytes before the burst, %d after the reclaim", before.released, after.released)
+	}
+}
