@@ -2,6 +2,7 @@ package policy
 
 import (
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -63,8 +64,10 @@ var impure = map[string]bool{
 	"crypto.x509.parse_and_verify_certificates_with_options": true,
 }
 
-// pureBuiltins are the built-in functions a memoized policy may call.
-var pureBuiltins = func() map[string]bool {
+// pureBuiltins returns the built-in functions a memoized policy may call,
+// read from OPA's capabilities file of memoBuiltinsVersion at the first
+// policy load (not at every start of a program that imports the package).
+var pureBuiltins = sync.OnceValue(func() map[string]bool {
 	caps, err := ast.LoadCapabilitiesVersion(memoBuiltinsVersion)
 	if err != nil {
 		return map[string]bool{} // nothing trusted: no policy is memoized
@@ -76,7 +79,7 @@ var pureBuiltins = func() map[string]bool {
 		}
 	}
 	return pure
-}()
+})
 
 // memo keeps a revision's decisions by the input values the policy reads.
 type memo struct {
@@ -176,7 +179,7 @@ func pureCall(op ast.Ref) bool {
 	if op[0].Equal(ast.DefaultRootDocument) {
 		return true // the policy's own function: its body is walked too
 	}
-	return pureBuiltins[op.String()]
+	return pureBuiltins()[op.String()]
 }
 
 // minimalPaths returns paths without duplicates and without a path that
