@@ -9,7 +9,7 @@
 // the garbage of the burst stays resident until the runtime's two-minute
 // forced collection, and resident memory per idle stream lands anywhere
 // between the live heap and the goal depending on when the last collection
-// happened (bench/README.md, "idle linearity").
+// happened (bench/README.md, "Decision memo and memory after bursts").
 //
 // More stays resident than the heap's garbage: the buffers and request
 // contexts of the burst's connections wait in sync.Pools, which are emptied
