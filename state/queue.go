@@ -36,6 +36,13 @@ func (it *item) key() string {
 	return "run-" + runMember(it.run.ref)
 }
 
+// urgent reports whether the item should reach Redis without waiting for
+// others (Options.WriteDelay): a call held for approval, which reviewers on
+// any replica read from Redis.
+func (it *item) urgent() bool {
+	return it.call != nil && it.call.Status == StatusRequiresConfirmation
+}
+
 // size estimates the bytes an item holds.
 func (it *item) size() int64 {
 	switch {

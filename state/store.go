@@ -48,6 +48,7 @@ const (
 	defaultQueueSize      = 100_000
 	defaultQueueBytes     = 64 << 20
 	defaultRedisTimeout   = 250 * time.Millisecond
+	defaultWriteDelay     = 250 * time.Millisecond
 
 	minBackoff        = 25 * time.Millisecond // first retry after Redis failed
 	maxBackoff        = time.Second           // retry interval while Redis stays down
@@ -113,6 +114,15 @@ type Options struct {
 	// answer time past which Redis is reported slow: degraded (Ready),
 	// logged, counted in aguard_state_redis_slow_total (default 250ms).
 	RedisTimeout time.Duration
+	// WriteDelay is how long a write made behind its caller may wait for
+	// others before the writer sends them together: one round trip for
+	// every record written meanwhile, one write for a record changed
+	// several times (default 250ms; negative: none). A write a caller
+	// waits for (RecordSync, a compare-and-set on a record still waiting,
+	// Close) and a call held for approval, which reviewers on any replica
+	// read from Redis, are sent at once, with everything waiting before
+	// them.
+	WriteDelay time.Duration
 	// Logger receives outage, loss, recovery and drop reports (default:
 	// discard).
 	Logger *slog.Logger
@@ -209,6 +219,7 @@ type Store struct {
 	slow slowState   // see slow.go
 
 	kick      chan struct{} // wakes the writer
+	rush      chan struct{} // ends the writer's wait for more writes (gather)
 	check     chan struct{} // wakes the monitor (a loss suspected, Redis back)
 	stop      chan struct{}
 	closed    atomic.Bool
@@ -246,6 +257,9 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	if opt.RedisTimeout <= 0 {
 		opt.RedisTimeout = defaultRedisTimeout
+	}
+	if opt.WriteDelay == 0 {
+		opt.WriteDelay = defaultWriteDelay
 	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
@@ -306,6 +320,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		q:        newQueue(opt.QueueSize, opt.QueueBytes),
 		progress: make(chan struct{}),
 		kick:     make(chan struct{}, 1),
+		rush:     make(chan struct{}, 1),
 		check:    make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 	}

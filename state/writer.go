@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,7 +14,9 @@ import (
 // every write while Redis is unreachable) go to a bounded queue (queue.go),
 // and one goroutine drains it in order of last write, a batch per round
 // trip (one thread's items per atomic script call, registry changes around
-// them). While Redis is unreachable it PINGs with backoff instead, and
+// them). Once the queue was empty, the first write waits up to
+// Options.WriteDelay for others (gather), unless something needs it sent
+// (rush). While Redis is unreachable it PINGs with backoff instead, and
 // drains once Redis answers.
 
 // direct reports whether a write may go straight to Redis: Redis is up and
@@ -53,8 +56,9 @@ func (s *Store) writeBehind(items []*item, w *waiter) {
 }
 
 // waitUnqueued waits until nothing is queued for key, Redis goes down, or
-// ctx ends.
+// ctx ends. It has the writer send what is gathering.
 func (s *Store) waitUnqueued(ctx context.Context, key string) error {
+	s.rushWriter()
 	for {
 		s.mu.Lock()
 		_, queued := s.q.get(key)
@@ -74,11 +78,14 @@ func (s *Store) waitUnqueued(ctx context.Context, key string) error {
 }
 
 // enqueue queues items (attaching w to each, if set), drops what exceeds
-// the bound, and wakes the writer.
+// the bound, and wakes the writer; at once (rushWriter) when w is set or
+// an item is urgent.
 func (s *Store) enqueue(items []*item, w *waiter) {
 	var dropped []*item
+	urgent := w != nil
 	s.mu.Lock()
 	for _, it := range items {
+		urgent = urgent || it.urgent()
 		if w != nil {
 			it.waiters = append(it.waiters, w)
 		}
@@ -112,6 +119,9 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 			"queue_size", s.opt.QueueSize, "queue_bytes", s.opt.QueueBytes, "first_dropped", dropped[0].key())
 	}
 	s.wakeWriter()
+	if urgent {
+		s.rushWriter()
+	}
 }
 
 func (s *Store) wakeWriter() {
@@ -119,6 +129,33 @@ func (s *Store) wakeWriter() {
 	case s.kick <- struct{}{}:
 	default:
 	}
+}
+
+// rushWriter ends the writer's wait for more writes (gather), or its next
+// one if it is not waiting: what is queued goes out in the next round trip.
+func (s *Store) rushWriter() {
+	select {
+	case s.rush <- struct{}{}:
+	default:
+	}
+}
+
+// gather waits, after the writer found a write in an empty queue, for
+// Options.WriteDelay or until rushed, so that one round trip carries what
+// is written meanwhile. It reports false if the Store is closing.
+func (s *Store) gather() bool {
+	if s.opt.WriteDelay <= 0 {
+		return true
+	}
+	t := time.NewTimer(s.opt.WriteDelay)
+	defer t.Stop()
+	select {
+	case <-s.stop:
+		return false
+	case <-t.C:
+	case <-s.rush:
+	}
+	return true
 }
 
 // unreachable reports whether err means Redis could not be used (so the
@@ -236,6 +273,9 @@ func (s *Store) runWriter() {
 			case <-s.stop:
 				return
 			case <-s.kick:
+			}
+			if !s.gather() {
+				return
 			}
 			continue
 		}

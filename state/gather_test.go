@@ -1,0 +1,138 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aguard/aguard/internal/await"
+	"github.com/aguard/aguard/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// TestWritesBehindGatherIntoOneRoundTrip: writes made behind their callers
+// wait up to Options.WriteDelay for others, so that one round trip carries
+// them all and a record changed twice in the meantime is written once; a
+// caller that waits for its write (RecordSync) sends what has gathered at
+// once.
+func TestWritesBehindGatherIntoOneRoundTrip(t *testing.T) {
+	rt := &roundTrips{mark: "{gather-"}
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour, Hooks: []redis.Hook{rt}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// Redis learns the write script (a round trip of its own) first.
+	if err := s.RecordSync(ctx, []*ToolCall{newCall("c1", "warm", StatusPending, t0)}, nil); err != nil {
+		t.Fatalf("RecordSync: %v", err)
+	}
+	for i := range 3 {
+		if err := s.Record([]*ToolCall{newCall("c1", fmt.Sprint("gather-", i), StatusPending, t0)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		// Input pacing, not a wait for an outcome: a writer that sends
+		// each write as it comes has sent this one before the next.
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := s.Record([]*ToolCall{newCall("c1", "gather-0", StatusExecuting, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordSync(ctx, []*ToolCall{newCall("c1", "gather-3", StatusExecuting, t0)}, nil); err != nil {
+		t.Fatalf("RecordSync: %v", err)
+	}
+	if got := rt.take(); got != 1 {
+		t.Errorf("five writes of four records took %d round trips, want 1", got)
+	}
+	raw := rawClient(t, srv)
+	for i, want := range []Status{StatusExecuting, StatusPending, StatusPending, StatusExecuting} {
+		key := fmt.Sprintf("aguard:{gather-%d}:call:c1", i)
+		if got := raw.HGet(ctx, key, "s").Val(); got != string(want) {
+			t.Errorf("%s has status %q in Redis, want %q", key, got, want)
+		}
+	}
+}
+
+// TestWritesBehindGoOnTheirOwn: with no caller waiting, what has gathered
+// is sent once Options.WriteDelay has passed.
+func TestWritesBehindGoOnTheirOwn(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: 20 * time.Millisecond})
+	if err := s.Record([]*ToolCall{newCall("c1", "alone-1", StatusPending, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	await.For(t, "the record to reach Redis", func() bool {
+		return raw.Exists(context.Background(), "aguard:{alone-1}:call:c1").Val() == 1
+	})
+}
+
+// TestHeldCallIsWrittenAtOnce: a call held for approval does not wait for
+// others: reviewers decide on it from any replica, which reads it from
+// Redis.
+func TestHeldCallIsWrittenAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
+	c := newCall("c1", "held-1", StatusRequiresConfirmation, t0)
+	c.RequiresApprovalAt = ptr(time.Now().Add(time.Hour))
+	if err := s.Record([]*ToolCall{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	raw := rawClient(t, srv)
+	await.For(t, "the held call to reach Redis", func() bool {
+		return raw.Exists(context.Background(), "aguard:{held-1}:call:c1").Val() == 1
+	})
+}
+
+// TestTransitionOnAGatheredRecordSendsIt: a compare-and-set on a record
+// whose write is gathering starts from that write, which it sends at once
+// rather than waiting out Options.WriteDelay.
+func TestTransitionOnAGatheredRecordSendsIt(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
+	c := newCall("c1", "cas-1", StatusExecuting, t0)
+	c.ClientToolDeadlineAt = ptr(time.Now().Add(time.Hour))
+	if err := s.Record([]*ToolCall{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	got, err := s.Apply(ctx, Ref{"cas-1", "c1"}, Answer([]byte(`"done"`), "", false, time.Now()))
+	if err != nil {
+		t.Fatalf("Apply on a gathered record: %v", err)
+	}
+	if got.Status != StatusCompleted {
+		t.Fatalf("Apply left status %s, want %s", got.Status, StatusCompleted)
+	}
+	if st := rawClient(t, srv).HGet(ctx, "aguard:{cas-1}:call:c1", "s").Val(); st != string(StatusCompleted) {
+		t.Errorf("Redis has status %q, want %q", st, StatusCompleted)
+	}
+}
+
+// TestCloseSendsWhatGathered: closing the Store writes what was gathering.
+func TestCloseSendsWhatGathered(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
+	if err := s.Record([]*ToolCall{newCall("c1", "close-1", StatusPending, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := rawClient(t, srv).Exists(context.Background(), "aguard:{close-1}:call:c1").Val(); n != 1 {
+		t.Errorf("after Close the gathered record is not in Redis")
+	}
+}
+
+// TestSendSendsWhatWaits: Send has what is waiting written at once.
+func TestSendSendsWhatWaits(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
+	if err := s.Record([]*ToolCall{newCall("c1", "send-1", StatusPending, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Send()
+	raw := rawClient(t, srv)
+	await.For(t, "the record to reach Redis", func() bool {
+		return raw.Exists(context.Background(), "aguard:{send-1}:call:c1").Val() == 1
+	})
+}
