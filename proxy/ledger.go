@@ -309,8 +309,11 @@ func (l *ledger) unregister() {
 	}
 }
 
+// tell sends the webhook for c's change, and has the store send the
+// record's write at once: the receiver may read it from any replica.
 func (l *ledger) tell(n state.Notice, c *state.ToolCall) {
 	if l.notify != nil && c != nil {
+		l.store.Send()
 		l.notify.Notify(n, c)
 	}
 }

@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/aguard/aguard/internal/await"
+	"github.com/aguard/aguard/internal/redistest"
 	"github.com/aguard/aguard/policy"
+	"github.com/aguard/aguard/state"
 	"github.com/aguard/aguard/webhook"
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // TestWebhooksFollowTheCalls runs calls through the proxy with webhooks on:
@@ -97,4 +100,62 @@ decision := {"action": "deny", "reason": "no"} if input.call.name == "rm_rf"
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("webhooks:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestAWebhookNamesARecordInRedis: with the ledger in Redis, the record a
+// webhook names reaches Redis at once, not after --redis-write-delay (an
+// hour here), so that the receiver reads it from any replica while the run
+// is still going.
+func TestAWebhookNamesARecordInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	started := make(chan struct{}, 1)
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"llm.tool_call_started"`) {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	defer receiver.Close()
+	hooks, err := webhook.New(webhook.Options{URLs: []string{receiver.URL}, Secret: "hook-secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hooks.Close(context.Background())
+	release := make(chan struct{})
+	agent := &recordingAgent{runs: map[string][]string{"run-1": {
+		`{"type":"RUN_STARTED","threadId":"thread-x","runId":"run-1"}`,
+		`{"type":"TOOL_CALL_START","toolCallId":"w-1","toolCallName":"lookup"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"w-1"}`,
+		`{"type":"RUN_FINISHED","threadId":"thread-x","runId":"run-1"}`,
+	}}, hold: map[string]chan struct{}{"run-1": release}}
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
+		o.State = openStoreOpt(t, state.Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
+		o.Notifier = hooks
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp := h.post(t, context.Background(), "/agent", threadInput("run-1", "", ""))
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}()
+	defer func() { <-done }()
+	defer close(release)
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no llm.tool_call_started webhook")
+	}
+	opt, err := goredis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := goredis.NewClient(opt)
+	defer raw.Close()
+	await.Within(t, 5*time.Second, "the started call's record in Redis", func() bool {
+		return raw.Exists(context.Background(), "aguard:{thread-x}:call:w-1").Val() == 1
+	})
 }
