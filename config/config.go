@@ -45,6 +45,7 @@ type Config struct {
 	Redis               string
 	RedisMode           string
 	RedisTimeout        time.Duration
+	RedisWriteDelay     time.Duration
 	LedgerCache         int
 	LedgerCacheBytes    int64
 	LedgerProtected     int64
@@ -180,6 +181,13 @@ var Flags = []Flag{
 		func(c *Config, v string) (err error) {
 			if c.RedisTimeout, err = parseDuration(v); err == nil && c.RedisTimeout <= 0 {
 				err = fmt.Errorf("want a positive duration, got %q", v)
+			}
+			return err
+		}},
+	{"redis-write-delay", "250ms", "how long a ledger write that no one waits for may wait for others, so that one round trip to Redis carries them all (0: each goes at once). A RUN_FINISHED's write, a call held for approval, a decision on a call and shutdown send what is waiting at once; other replicas may read a record that much later, and a replica that dies loses at most that much of its writes",
+		func(c *Config, v string) (err error) {
+			if c.RedisWriteDelay, err = parseDuration(v); err == nil && (c.RedisWriteDelay < 0 || c.RedisWriteDelay > 10*time.Second) {
+				err = fmt.Errorf("want 0 to 10s, got %q", v)
 			}
 			return err
 		}},

@@ -126,7 +126,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 	// (approvals past their deadline, calls of runs lost with a replica)
 	// get their webhook like any other.
 	store, err := state.Open(ctx, state.Options{
-		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, RedisTimeout: cfg.RedisTimeout, CacheSize: cfg.LedgerCache, CacheBytes: cfg.LedgerCacheBytes,
+		RedisURL: cfg.Redis, RedisMode: cfg.RedisMode, RedisTimeout: cfg.RedisTimeout, WriteDelay: writeDelay(cfg.RedisWriteDelay), CacheSize: cfg.LedgerCache, CacheBytes: cfg.LedgerCacheBytes,
 		ProtectedBytes: cfg.LedgerProtected, Logger: log, Registerer: reg,
 		OnEnd: func(c *state.ToolCall) { hooks.Notify(state.CallEnded, c) },
 	})
@@ -307,4 +307,13 @@ func newReviewers(cfg *config.Config, log *slog.Logger) (*admin.Reviewers, error
 		log.Warn("the admin API answers 401 to everything: no --admin-tokens and no --admin-token")
 	}
 	return rs, nil
+}
+
+// writeDelay is --redis-write-delay as state.Options takes it, where 0 is
+// the default and a negative delay none.
+func writeDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
