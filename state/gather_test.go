@@ -136,3 +136,26 @@ func TestSendSendsWhatWaits(t *testing.T) {
 		return raw.Exists(context.Background(), "aguard:{send-1}:call:c1").Val() == 1
 	})
 }
+
+// TestCatchingUpWithANewPrimaryWaitsForQueuedWrites: after a primary
+// change a replica says it has caught up with the new primary (which lets
+// other replicas read there) only once the writes it had waiting are in
+// it; it sends them at once rather than after Options.WriteDelay.
+func TestCatchingUpWithANewPrimaryWaitsForQueuedWrites(t *testing.T) {
+	old, promoted := redistest.Start(t), redistest.Start(t)
+	link := old.Link(t)
+	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
+	await.For(t, "the first heartbeat", s.markerSet)
+	if err := s.Record([]*ToolCall{newCall("c1", "queued-1", StatusPending, t0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	link.Redirect(promoted)
+	pc := rawClient(t, promoted)
+	ctx := context.Background()
+	await.For(t, "the replica to say it caught up with the new primary", func() bool {
+		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() != ""
+	})
+	if pc.Exists(ctx, "aguard:{queued-1}:call:c1").Val() != 1 {
+		t.Fatal("the replica said it caught up with the new primary before its queued write was in it")
+	}
+}

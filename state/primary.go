@@ -154,8 +154,8 @@ func (l *lossState) primaryID() string {
 }
 
 // markCaughtUp records in aguard:primary that this Store has caught up with
-// the primary it saw last, when it has no loss to write back and has not
-// said so yet. On a cluster it does nothing.
+// the primary it saw last, when it has no loss to write back, nothing
+// queued, and has not said so yet. On a cluster it does nothing.
 func (s *Store) markCaughtUp(ctx context.Context) error {
 	if s.cluster {
 		return nil
@@ -166,6 +166,14 @@ func (s *Store) markCaughtUp(ctx context.Context) error {
 	due := id != "" && id != l.primary.caughtUp && !l.pending && !l.writing
 	l.mu.Unlock()
 	if !due {
+		return nil
+	}
+	if s.qlen.Load() > 0 {
+		// Writes this replica has queued are in neither primary: it has
+		// caught up once they are in the new one. Send them now; the
+		// writer wakes the monitor when the queue is empty.
+		s.catchUpQueued.Store(true)
+		s.rushWriter()
 		return nil
 	}
 	if err := s.rdb.HSet(ctx, s.ks.primaryKey(), s.origin, id).Err(); err != nil {

@@ -226,6 +226,10 @@ type Store struct {
 	closeOnce sync.Once
 	closeErr  error
 	wg        sync.WaitGroup
+
+	// catchUpQueued: markCaughtUp waits for the queue to empty; the writer
+	// wakes the monitor when it does.
+	catchUpQueued atomic.Bool
 }
 
 // Open returns a Store configured by opt. It starts the sweeper, and with a

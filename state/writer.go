@@ -404,6 +404,9 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 
 	s.met.queueDepth.Set(float64(n))
 	s.met.queueBytes.Set(float64(bytes))
+	if n == 0 && s.catchUpQueued.CompareAndSwap(true, false) {
+		s.wakeMonitor()
+	}
 	if dropped {
 		s.met.dropped.Add(float64(acked))
 		return
