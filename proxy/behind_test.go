@@ -276,3 +276,42 @@ func quantiles(ds []time.Duration) string {
 	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return fmt.Sprintf("p50 %v, p99 %v, max %v", q(0.50).Round(time.Microsecond), q(0.99).Round(time.Microsecond), s[len(s)-1].Round(time.Microsecond))
 }
+
+// TestARunThatFinishesLeavesTheRegistryWithItsLastWrites: a run that
+// finishes with a frontend call pending leaves the runs registry with the
+// writes its RUN_FINISHED waits for, not a write delay (an hour here) later:
+// a replica that died just after would otherwise have its run taken for
+// lost by another, and the pending call it announced cancelled.
+func TestARunThatFinishesLeavesTheRegistryWithItsLastWrites(t *testing.T) {
+	srv := redistest.Start(t)
+	agent := &recordingAgent{runs: map[string][]string{"run-1": callIn("thread-x", "run-1", "call-1")}}
+	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
+		o.State = openStoreOpt(t, state.Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
+	})
+	status, events, _ := postRun(t, h, threadInput("run-1", "", ""))
+	if status != 200 || !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, `"pendingToolCallIds":["call-1"]`) }) {
+		t.Fatalf("run: %d %q", status, events)
+	}
+	opt, err := goredis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := goredis.NewClient(opt)
+	defer rc.Close()
+	ctx := context.Background()
+	await.Within(t, 5*time.Second, "the run to leave the registry", func() bool {
+		keys, err := rc.Keys(ctx, "aguard:runs:*").Result()
+		if err != nil {
+			return false
+		}
+		for _, k := range keys {
+			if rc.HLen(ctx, k).Val() > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if st := rc.HGet(ctx, "aguard:{thread-x}:call:call-1", "s").Val(); st != string(state.StatusExecuting) {
+		t.Errorf("the pending call has status %q in Redis, want %q", st, state.StatusExecuting)
+	}
+}

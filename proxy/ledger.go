@@ -216,8 +216,14 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd) {
 	}
 	held := l.endOpen(cause, detail, pending, now, &writes)
 	if run.Kind == "finished" {
+		// With nothing left to do after the events, the run leaves the
+		// registry right behind its last writes, not a write delay later.
+		var ended []state.RunRef
+		if l.registered && len(held) == 0 && l.after.idle() {
+			ended, l.registered = []state.RunRef{l.run()}, false
+		}
 		wctx, cancel := context.WithTimeout(ctx, l.store.RedisTimeout())
-		err := l.store.RecordSync(wctx, writes, th)
+		err := l.store.RecordSync(wctx, writes, th, ended...)
 		cancel()
 		switch {
 		case errors.Is(err, state.ErrQueued):
@@ -374,6 +380,13 @@ func (a *after) do(ctx context.Context, log *slog.Logger, size int, bounded bool
 	if start {
 		go a.run()
 	}
+}
+
+// idle reports whether no work is queued or under way.
+func (a *after) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return !a.running
 }
 
 // then queues fn behind the work under way, and reports true; with none

@@ -53,9 +53,18 @@ func (s *Store) Send() {
 // evicted), and the error wraps ErrQueued, so the caller can let the
 // RUN_FINISHED go out and say so. Other errors mean invalid input (nothing
 // was written), a write dropped from a full queue, or Close.
-func (s *Store) RecordSync(ctx context.Context, calls []*ToolCall, t *Thread) error {
+//
+// The runs in ended are withdrawn from the runs registry (RunEnded) right
+// behind these writes (in the same round trip, or the next at once) rather
+// than after Options.WriteDelay: a run that ended cleanly is not taken for
+// lost, and the calls it left pending ended, if this replica dies just
+// after.
+func (s *Store) RecordSync(ctx context.Context, calls []*ToolCall, t *Thread, ended ...RunRef) error {
 	items, err := s.adopt(calls, t)
 	if err != nil || len(items) == 0 {
+		for _, r := range ended {
+			s.endRun(r, true)
+		}
 		return err
 	}
 	if s.rdb == nil {
@@ -64,6 +73,9 @@ func (s *Store) RecordSync(ctx context.Context, calls []*ToolCall, t *Thread) er
 	}
 	w := &waiter{remaining: len(items), done: make(chan struct{})}
 	s.recordItems(items, w)
+	for _, r := range ended {
+		s.endRun(r, true)
+	}
 	what := fmt.Sprintf("%d tool calls", len(calls))
 	if t != nil {
 		what += fmt.Sprintf(" and thread %q", t.ID)

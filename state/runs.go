@@ -57,7 +57,11 @@ func (s *Store) RunStarted(r RunRef) {
 // and its calls have been ended or handed to the application. Like
 // RunStarted it never waits; the withdrawal reaches Redis after every
 // record written before it.
-func (s *Store) RunEnded(r RunRef) {
+func (s *Store) RunEnded(r RunRef) { s.endRun(r, false) }
+
+// endRun is RunEnded; rush sends the withdrawal without waiting for other
+// writes (Options.WriteDelay).
+func (s *Store) endRun(r RunRef, rush bool) {
 	if s.rdb == nil || s.closed.Load() {
 		return
 	}
@@ -68,6 +72,9 @@ func (s *Store) RunEnded(r RunRef) {
 	s.runs.mu.Unlock()
 	if was {
 		s.enqueue([]*item{{run: &runOp{ref: r}}}, nil)
+		if rush {
+			s.rushWriter()
+		}
 	}
 }
 
