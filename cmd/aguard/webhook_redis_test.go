@@ -90,7 +90,20 @@ func TestServeDeliversTheWebhooksOfAKilledReplicaOnARedisCluster(t *testing.T) {
 		}
 		return keys, err
 	}
-	runs := func(ctx context.Context) ([]string, error) { return rc.Keys(ctx, "aguard:{registry}:runs:*").Result() }
+	// KEYS on a cluster client asks one node, not necessarily the one
+	// holding the registry's slot: ask every master.
+	runs := func(ctx context.Context) ([]string, error) {
+		var mu sync.Mutex
+		var keys []string
+		err := rc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			k, err := m.Keys(ctx, "aguard:{registry}:runs:*").Result()
+			mu.Lock()
+			keys = append(keys, k...)
+			mu.Unlock()
+			return err
+		})
+		return keys, err
+	}
 	checkKilledReplicasWebhooksDelivered(t, []string{"--redis-mode", "cluster", "--redis", c.URL()}, rc, found, runs, paths, addr)
 }
 
