@@ -76,6 +76,15 @@
 // after a data loss is newer than any copy from before it. Compare-and-set
 // (Apply, ApplyAnswers) checks the version read.
 //
+// Writes behind their callers (Record) gather: the first into an empty
+// queue waits up to Options.WriteDelay (250 ms) for others, so that one
+// round trip carries them and a record changed meanwhile is written once.
+// What someone waits for goes at once, with everything before it: a
+// RecordSync, a compare-and-set on a record still queued, a call held for
+// approval, Send (a webhook names the record), Close, and a replica's
+// catching up with a new primary. Other replicas read a gathered write
+// that much later.
+//
 // Expiry: each record's keys expire Options.TTL (7 days) after its last
 // write, or TTL after its latest deadline (requiresApprovalAt,
 // clientToolDeadlineAt) when that is later: a policy's approvalTimeout
