@@ -19,13 +19,14 @@ import (
 func TestWritesBehindGatherIntoOneRoundTrip(t *testing.T) {
 	rt := &roundTrips{mark: "{gather-"}
 	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour, Hooks: []redis.Hook{rt}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// Redis learns the write script (a round trip of its own) first.
-	if err := s.RecordSync(ctx, []*ToolCall{newCall("c1", "warm", StatusPending, t0)}, nil); err != nil {
+	// Redis learns the write script (a round trip of its own) from another
+	// Store first, so that this one's writer starts idle.
+	if err := openRedisStore(t, srv, Options{}).RecordSync(ctx, []*ToolCall{newCall("c1", "warm", StatusPending, t0)}, nil); err != nil {
 		t.Fatalf("RecordSync: %v", err)
 	}
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour, Hooks: []redis.Hook{rt}})
 	for i := range 3 {
 		if err := s.Record([]*ToolCall{newCall("c1", fmt.Sprint("gather-", i), StatusPending, t0)}, nil); err != nil {
 			t.Fatal(err)
