@@ -27,6 +27,7 @@ func TestWritesBehindGatherIntoOneRoundTrip(t *testing.T) {
 		t.Fatalf("RecordSync: %v", err)
 	}
 	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour, Hooks: []redis.Hook{rt}})
+	awaitCaughtUp(t, s)
 	for i := range 3 {
 		if err := s.Record([]*ToolCall{newCall("c1", fmt.Sprint("gather-", i), StatusPending, t0)}, nil); err != nil {
 			t.Fatal(err)
@@ -147,16 +148,33 @@ func TestCatchingUpWithANewPrimaryWaitsForQueuedWrites(t *testing.T) {
 	link := old.Link(t)
 	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
 	await.For(t, "the first heartbeat", s.markerSet)
+	awaitCaughtUp(t, s)
 	if err := s.Record([]*ToolCall{newCall("c1", "queued-1", StatusPending, t0)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	link.Redirect(promoted)
 	pc := rawClient(t, promoted)
 	ctx := context.Background()
+	info, err := pc.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := parseInfo(info)
 	await.For(t, "the replica to say it caught up with the new primary", func() bool {
-		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() != ""
+		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
 	})
 	if pc.Exists(ctx, "aguard:{queued-1}:call:c1").Val() != 1 {
 		t.Fatal("the replica said it caught up with the new primary before its queued write was in it")
 	}
+}
+
+// awaitCaughtUp waits until s has said it caught up with the primary, as
+// it does at start: saying so sends what is queued.
+func awaitCaughtUp(t *testing.T, s *Store) {
+	t.Helper()
+	await.For(t, "the Store to say it caught up with the primary", func() bool {
+		s.loss.mu.Lock()
+		defer s.loss.mu.Unlock()
+		return s.loss.primary.caughtUp != ""
+	})
 }

@@ -245,6 +245,9 @@ func (s *Store) broadcastLocked() {
 func (s *Store) runWriter() {
 	defer s.wg.Done()
 	backoff := minBackoff
+	// fresh: the queue was empty at the last look, so what is found in it
+	// now waits for others (gather) before it goes.
+	fresh := true
 	for {
 		select {
 		case <-s.stop:
@@ -264,6 +267,7 @@ func (s *Store) runWriter() {
 				continue
 			}
 			s.setUp()
+			fresh = false // what waited through the outage goes at once
 		}
 		s.mu.Lock()
 		batch := s.q.peek(drainBatch)
@@ -274,6 +278,11 @@ func (s *Store) runWriter() {
 				return
 			case <-s.kick:
 			}
+			fresh = true
+			continue
+		}
+		if fresh {
+			fresh = false
 			if !s.gather() {
 				return
 			}
