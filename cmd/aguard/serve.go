@@ -156,7 +156,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		ApprovalTimeout:     cfg.ApprovalTimeout,
 		State:               store,
 		ClientToolTimeout:   cfg.ClientToolTimeout,
-		Notifier:            hooks,
+		Notifier:            notifier(hooks, cfg.Webhooks),
 		Auth:                authn,
 		AdminToken:          cfg.AdminToken,
 		Logger:              log,
@@ -316,4 +316,14 @@ func writeDelay(d time.Duration) time.Duration {
 		return -1
 	}
 	return d
+}
+
+// notifier is hooks as the proxy takes it: nil without webhook URLs, so
+// that the ledger does not send writes early (state.Store.Send) for
+// webhooks no one receives.
+func notifier(hooks *webhook.Notifier, urls []string) state.Notifier {
+	if len(urls) == 0 {
+		return nil
+	}
+	return hooks
 }
