@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -176,5 +177,48 @@ func awaitCaughtUp(t *testing.T, s *Store) {
 		s.loss.mu.Lock()
 		defer s.loss.mu.Unlock()
 		return s.loss.primary.caughtUp != ""
+	})
+}
+
+// TestCatchingUpIsNotHeldBackByNewWrites: writes that keep coming after a
+// replica first looked, each waiting for others (an hour here), do not keep
+// it from saying it caught up with a new primary once the ones it had
+// queued before are in.
+func TestCatchingUpIsNotHeldBackByNewWrites(t *testing.T) {
+	old, promoted := redistest.Start(t), redistest.Start(t)
+	link := old.Link(t)
+	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
+	await.For(t, "the first heartbeat", s.markerSet)
+	awaitCaughtUp(t, s)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.Gosched()
+			}
+			// A hundred records changing without pause: never is nothing
+			// queued.
+			if err := s.Record([]*ToolCall{newCall(fmt.Sprint("c", i%100), "busy-1", StatusPending, t0)}, nil); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	link.Redirect(promoted)
+	pc := rawClient(t, promoted)
+	ctx := context.Background()
+	info, err := pc.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := parseInfo(info)
+	await.For(t, "the replica to say it caught up with the new primary", func() bool {
+		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
 	})
 }

@@ -76,6 +76,11 @@ type primaryState struct {
 	// changes counts the new primaries seen, so that a read can tell
 	// whether it reached one.
 	changes uint64
+	// queuedFor and queuedUpTo: the primary this Store waits to catch up
+	// with for its queued writes, and the queue's sequence when it first
+	// looked; it has caught up once every write queued up to then is in.
+	queuedFor  string
+	queuedUpTo uint64
 }
 
 // onConnect is the OnConnect hook of a Store's clients on one Redis: it
@@ -154,8 +159,9 @@ func (l *lossState) primaryID() string {
 }
 
 // markCaughtUp records in aguard:primary that this Store has caught up with
-// the primary it saw last, when it has no loss to write back, nothing
-// queued, and has not said so yet. On a cluster it does nothing.
+// the primary it saw last, when it has no loss to write back, none of the
+// writes it had queued when it first looked is still queued, and it has
+// not said so yet. On a cluster it does nothing.
 func (s *Store) markCaughtUp(ctx context.Context) error {
 	if s.cluster {
 		return nil
@@ -168,12 +174,7 @@ func (s *Store) markCaughtUp(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	if s.qlen.Load() > 0 {
-		// Writes this replica has queued are in neither primary: it has
-		// caught up once they are in the new one. Send them now; the
-		// writer wakes the monitor when the queue is empty.
-		s.catchUpQueued.Store(true)
-		s.rushWriter()
+	if s.waitQueued(id) {
 		return nil
 	}
 	if err := s.rdb.HSet(ctx, s.ks.primaryKey(), s.origin, id).Err(); err != nil {
@@ -181,8 +182,33 @@ func (s *Store) markCaughtUp(ctx context.Context) error {
 	}
 	l.mu.Lock()
 	l.primary.caughtUp = id
+	l.primary.queuedFor, l.primary.queuedUpTo = "", 0
 	l.mu.Unlock()
 	return nil
+}
+
+// waitQueued reports whether writes this replica queued before it first
+// looked (for primary id) are still queued: they are in neither primary,
+// and it has caught up once they are in the new one. It sends them at once;
+// the writer wakes the monitor as they are acknowledged. Writes queued since
+// do not hold it back, however many keep coming.
+func (s *Store) waitQueued(id string) bool {
+	s.mu.Lock()
+	seq := s.q.seq
+	oldest, queued := s.q.front()
+	s.mu.Unlock()
+	l := &s.loss
+	l.mu.Lock()
+	if l.primary.queuedFor != id {
+		l.primary.queuedFor, l.primary.queuedUpTo = id, seq
+	}
+	waiting := queued && oldest.seq <= l.primary.queuedUpTo
+	l.mu.Unlock()
+	if waiting {
+		s.catchUpQueued.Store(true)
+		s.rushWriter()
+	}
+	return waiting
 }
 
 // awaitCaughtUp returns once every live replica has caught up with the new

@@ -227,8 +227,8 @@ type Store struct {
 	closeErr  error
 	wg        sync.WaitGroup
 
-	// catchUpQueued: markCaughtUp waits for the queue to empty; the writer
-	// wakes the monitor when it does.
+	// catchUpQueued: markCaughtUp waits for queued writes; the writer
+	// wakes the monitor as it acknowledges writes.
 	catchUpQueued atomic.Bool
 }
 

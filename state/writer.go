@@ -413,8 +413,8 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 
 	s.met.queueDepth.Set(float64(n))
 	s.met.queueBytes.Set(float64(bytes))
-	if n == 0 && s.catchUpQueued.CompareAndSwap(true, false) {
-		s.wakeMonitor()
+	if s.catchUpQueued.CompareAndSwap(true, false) {
+		s.wakeMonitor() // markCaughtUp waits for writes queued before it looked
 	}
 	if dropped {
 		s.met.dropped.Add(float64(acked))
