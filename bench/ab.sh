@@ -37,12 +37,7 @@ trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
-case $MODE in
-paced) QUERY="events=1000000000&rate=20" LOAD=(-streams 1000 -ramp 2s -warmup 3s) ;;
-unpaced) QUERY="events=1000000000&rate=0" LOAD=(-streams 50 -ramp 1s -warmup 2s) ;;
-tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams 200 -ramp 5s -warmup 2s) ;;
-*) die "MODE is paced, unpaced or tools, not $MODE" ;;
-esac
+mode_load "$MODE"
 
 build_refs "${REFS[@]}"
 mkdir -p "$WORK/nginx/tmp"

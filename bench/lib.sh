@@ -94,3 +94,16 @@ http {
 }
 EOF
 }
+
+# mode_load MODE [SHARE]: set QUERY and LOAD (loadgen's -streams, -ramp and
+# -warmup) for ab.sh's and pair.sh's MODE (paced, unpaced or tools), with
+# the streams divided among SHARE proxies loaded at once (default 1).
+mode_load() {
+	local share=${2:-1}
+	case $1 in
+	paced) QUERY="events=1000000000&rate=20" LOAD=(-streams $((1000 / share)) -ramp 2s -warmup 3s) ;;
+	unpaced) QUERY="events=1000000000&rate=0" LOAD=(-streams $((50 / share)) -ramp 1s -warmup 2s) ;;
+	tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams $((200 / share)) -ramp 5s -warmup 2s) ;;
+	*) die "MODE is paced, unpaced or tools, not $1" ;;
+	esac
+}

@@ -34,12 +34,7 @@ PIDS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-case $MODE in
-paced) QUERY="events=1000000000&rate=20" LOAD=(-streams 500 -ramp 2s -warmup 3s) ;;
-unpaced) QUERY="events=1000000000&rate=0" LOAD=(-streams 25 -ramp 1s -warmup 2s) ;;
-tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams 100 -ramp 5s -warmup 2s) ;;
-*) die "MODE is paced, unpaced or tools, not $MODE" ;;
-esac
+mode_load "$MODE" 2
 
 build_refs "${REFS[@]}"
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &

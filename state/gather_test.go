@@ -63,10 +63,7 @@ func TestWritesBehindGoOnTheirOwn(t *testing.T) {
 	if err := s.Record([]*ToolCall{newCall("c1", "alone-1", StatusPending, t0)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	raw := rawClient(t, srv)
-	await.For(t, "the record to reach Redis", func() bool {
-		return raw.Exists(context.Background(), "aguard:{alone-1}:call:c1").Val() == 1
-	})
+	awaitKey(t, srv, "aguard:{alone-1}:call:c1", "the record to reach Redis")
 }
 
 // TestHeldCallIsWrittenAtOnce: a call held for approval does not wait for
@@ -80,10 +77,7 @@ func TestHeldCallIsWrittenAtOnce(t *testing.T) {
 	if err := s.Record([]*ToolCall{c}, nil); err != nil {
 		t.Fatal(err)
 	}
-	raw := rawClient(t, srv)
-	await.For(t, "the held call to reach Redis", func() bool {
-		return raw.Exists(context.Background(), "aguard:{held-1}:call:c1").Val() == 1
-	})
+	awaitKey(t, srv, "aguard:{held-1}:call:c1", "the held call to reach Redis")
 }
 
 // TestTransitionOnAGatheredRecordSendsIt: a compare-and-set on a record
@@ -134,10 +128,7 @@ func TestSendSendsWhatWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Send()
-	raw := rawClient(t, srv)
-	await.For(t, "the record to reach Redis", func() bool {
-		return raw.Exists(context.Background(), "aguard:{send-1}:call:c1").Val() == 1
-	})
+	awaitKey(t, srv, "aguard:{send-1}:call:c1", "the record to reach Redis")
 }
 
 // TestCatchingUpWithANewPrimaryWaitsForQueuedWrites: after a primary
@@ -221,4 +212,11 @@ func TestCatchingUpIsNotHeldBackByNewWrites(t *testing.T) {
 	await.For(t, "the replica to say it caught up with the new primary", func() bool {
 		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
 	})
+}
+
+// awaitKey waits until Redis srv has key: what, written behind.
+func awaitKey(t *testing.T, srv *redistest.Server, key, what string) {
+	t.Helper()
+	raw := rawClient(t, srv)
+	await.For(t, what, func() bool { return raw.Exists(context.Background(), key).Val() == 1 })
 }

@@ -42,18 +42,7 @@ func TestServeDeliversTheWebhooksOfAKilledReplica(t *testing.T) {
 func TestServeDeliversTheWebhooksOfAKilledReplicaOnARedisCluster(t *testing.T) {
 	c := redistest.SharedCluster(t)
 	rc := c.Client(t)
-	streams := func(ctx context.Context) ([]string, error) {
-		var mu sync.Mutex
-		var keys []string
-		err := rc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			k, err := m.Keys(ctx, "aguard:{wh:*}:deliveries").Result()
-			mu.Lock()
-			keys = append(keys, k...)
-			mu.Unlock()
-			return err
-		})
-		return keys, err
-	}
+	streams := func(ctx context.Context) ([]string, error) { return masterKeys(ctx, rc, "aguard:{wh:*}:deliveries") }
 	// Paths whose streams hash to different masters (slots 0-5460,
 	// 5461-10922 and 10923-16383 as redis-cli --cluster create splits
 	// them), by the stream key README documents: the tag hashes the URL.
@@ -90,21 +79,23 @@ func TestServeDeliversTheWebhooksOfAKilledReplicaOnARedisCluster(t *testing.T) {
 		}
 		return keys, err
 	}
-	// KEYS on a cluster client asks one node, not necessarily the one
-	// holding the registry's slot: ask every master.
-	runs := func(ctx context.Context) ([]string, error) {
-		var mu sync.Mutex
-		var keys []string
-		err := rc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			k, err := m.Keys(ctx, "aguard:{registry}:runs:*").Result()
-			mu.Lock()
-			keys = append(keys, k...)
-			mu.Unlock()
-			return err
-		})
-		return keys, err
-	}
+	runs := func(ctx context.Context) ([]string, error) { return masterKeys(ctx, rc, "aguard:{registry}:runs:*") }
 	checkKilledReplicasWebhooksDelivered(t, []string{"--redis-mode", "cluster", "--redis", c.URL()}, rc, found, runs, paths, addr)
+}
+
+// masterKeys is KEYS pattern on every master of a cluster: KEYS on the
+// cluster client asks one node, not necessarily the one holding the slot.
+func masterKeys(ctx context.Context, rc *redis.ClusterClient, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var keys []string
+	err := rc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		k, err := m.Keys(ctx, pattern).Result()
+		mu.Lock()
+		keys = append(keys, k...)
+		mu.Unlock()
+		return err
+	})
+	return keys, err
 }
 
 // sameSet reports whether a and b hold the same strings.
