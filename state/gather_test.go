@@ -58,11 +58,7 @@ func TestWritesBehindGatherIntoOneRoundTrip(t *testing.T) {
 // TestWritesBehindGoOnTheirOwn: with no caller waiting, what has gathered
 // is sent once Options.WriteDelay has passed.
 func TestWritesBehindGoOnTheirOwn(t *testing.T) {
-	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: 20 * time.Millisecond})
-	if err := s.Record([]*ToolCall{newCall("c1", "alone-1", StatusPending, t0)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, srv := recordGathering(t, 20*time.Millisecond, newCall("c1", "alone-1", StatusPending, t0))
 	awaitKey(t, srv, "aguard:{alone-1}:call:c1", "the record to reach Redis")
 }
 
@@ -70,13 +66,9 @@ func TestWritesBehindGoOnTheirOwn(t *testing.T) {
 // others: reviewers decide on it from any replica, which reads it from
 // Redis.
 func TestHeldCallIsWrittenAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
 	c := newCall("c1", "held-1", StatusRequiresConfirmation, t0)
 	c.RequiresApprovalAt = ptr(time.Now().Add(time.Hour))
-	if err := s.Record([]*ToolCall{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, srv := recordGathering(t, time.Hour, c)
 	awaitKey(t, srv, "aguard:{held-1}:call:c1", "the held call to reach Redis")
 }
 
@@ -84,13 +76,9 @@ func TestHeldCallIsWrittenAtOnce(t *testing.T) {
 // whose write is gathering starts from that write, which it sends at once
 // rather than waiting out Options.WriteDelay.
 func TestTransitionOnAGatheredRecordSendsIt(t *testing.T) {
-	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
 	c := newCall("c1", "cas-1", StatusExecuting, t0)
 	c.ClientToolDeadlineAt = ptr(time.Now().Add(time.Hour))
-	if err := s.Record([]*ToolCall{c}, nil); err != nil {
-		t.Fatal(err)
-	}
+	s, srv := recordGathering(t, time.Hour, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	got, err := s.Apply(ctx, Ref{"cas-1", "c1"}, Answer([]byte(`"done"`), "", false, time.Now()))
@@ -107,11 +95,7 @@ func TestTransitionOnAGatheredRecordSendsIt(t *testing.T) {
 
 // TestCloseSendsWhatGathered: closing the Store writes what was gathering.
 func TestCloseSendsWhatGathered(t *testing.T) {
-	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
-	if err := s.Record([]*ToolCall{newCall("c1", "close-1", StatusPending, t0)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	s, srv := recordGathering(t, time.Hour, newCall("c1", "close-1", StatusPending, t0))
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +106,7 @@ func TestCloseSendsWhatGathered(t *testing.T) {
 
 // TestSendSendsWhatWaits: Send has what is waiting written at once.
 func TestSendSendsWhatWaits(t *testing.T) {
-	srv := redistest.Start(t)
-	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
-	if err := s.Record([]*ToolCall{newCall("c1", "send-1", StatusPending, t0)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	s, srv := recordGathering(t, time.Hour, newCall("c1", "send-1", StatusPending, t0))
 	s.Send()
 	awaitKey(t, srv, "aguard:{send-1}:call:c1", "the record to reach Redis")
 }
@@ -219,4 +199,16 @@ func awaitKey(t *testing.T, srv *redistest.Server, key, what string) {
 	t.Helper()
 	raw := rawClient(t, srv)
 	await.For(t, what, func() bool { return raw.Exists(context.Background(), key).Val() == 1 })
+}
+
+// recordGathering opens a Store on a Redis of its own whose writes gather
+// for delay, and records c behind the caller.
+func recordGathering(t *testing.T, delay time.Duration, c *ToolCall) (*Store, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: delay})
+	if err := s.Record([]*ToolCall{c}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return s, srv
 }
