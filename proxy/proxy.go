@@ -246,8 +246,15 @@ func New(opt Options) (*Proxy, error) {
 		// ReadTimeout bounds reading a request (slow-loris); WriteTimeout
 		// would be one deadline over the whole response and cut long
 		// streams, so it stays off (streams have their own stall limit).
-		ReadTimeout:           30 * time.Second,
-		IdleTimeout:           120 * time.Second,
+		ReadTimeout: 30 * time.Second,
+		IdleTimeout: 120 * time.Second,
+		// A stream hands its worker back as soon as its response is
+		// hijacked, so a burst of streams leaves a worker per request
+		// that was in flight, idle, each with its goroutine and stack.
+		// fasthttp keeps idle workers 10 s by default; a burst of idle
+		// streams (UIs waiting for a person) would pay for them per
+		// stream until then. One second keeps a steady load's workers.
+		MaxIdleWorkerDuration: time.Second,
 		NoDefaultServerHeader: true,
 		NoDefaultContentType:  true,
 		CloseOnShutdown:       true,
