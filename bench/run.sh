@@ -15,7 +15,9 @@
 # aguard-redis unless said otherwise:
 #   idle      IDLE_STREAMS silent streams held open: RSS of the proxy before/after
 #   unpaced   UNPACED_STREAMS streams sending as fast as they are read, UNPACED_SECONDS:
-#             events/s delivered, proxy CPU seconds per million events
+#             events/s delivered, proxy CPU seconds per million events;
+#             UNPACED_ROUNDS rounds, targets interleaved, each target's median
+#             (by events/s) shown
 #   paced     PACED_STREAMS streams × PACED_RATE events/s, PACED_SECONDS: latency
 #             agent→consumer (its CDF), proxy CPU seconds per million events;
 #             PACED_ROUNDS rounds, targets interleaved, each target's median shown
@@ -59,7 +61,7 @@ FRESH_NGINX_PORT=$((BASE_PORT + 9))    # idlesweep: a fresh proxy for each count
 FRESH_AGUARD_PORT=$((BASE_PORT + 10))
 FRESH_ADMIN_PORT=$((BASE_PORT + 11))
 if [[ -n ${QUICK:-} ]]; then
-	: "${UNPACED_SECONDS:=5}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}" "${TOOLS_ROUNDS:=1}"
+	: "${UNPACED_SECONDS:=5}" "${UNPACED_ROUNDS:=1}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}" "${TOOLS_ROUNDS:=1}"
 	: "${SWEEP_SECONDS:=5}" "${SWEEP_STREAMS:=100 1000 5000}" "${IDLE_COUNTS:=1000 10000}"
 fi
 PHASES=${PHASES:-idle unpaced paced sweep tools idlesweep}
@@ -67,6 +69,7 @@ DELTA=${DELTA:-64}                      # bytes per TEXT_MESSAGE_CONTENT delta
 IDLE_STREAMS=${IDLE_STREAMS:-1000}
 UNPACED_STREAMS=${UNPACED_STREAMS:-50}
 UNPACED_SECONDS=${UNPACED_SECONDS:-10}
+UNPACED_ROUNDS=${UNPACED_ROUNDS:-3}     # unpaced runs per target, interleaved; the median (events/s) is reported
 PACED_STREAMS=${PACED_STREAMS:-1000}
 PACED_RATE=${PACED_RATE:-20}
 PACED_SECONDS=${PACED_SECONDS:-20}
@@ -103,6 +106,7 @@ RES=$WORK/results
 mkdir -p "$BIN" "$RES" "$WORK/nginx/tmp"
 PIDS=()
 WAITED=0
+UNPACED_ROUNDS_TEXT=""
 PACED_ROUNDS_TEXT=""
 TOOLS_ROUNDS_TEXT=""
 
@@ -349,6 +353,7 @@ measure() {
 	fi
 	STEP=$((STEP + 1))
 	local label=$phase
+	[[ $phase == unpaced-r* ]] && label="unpaced, round ${phase#unpaced-r} of $UNPACED_ROUNDS"
 	[[ $phase == paced-r* ]] && label="paced, round ${phase#paced-r} of $PACED_ROUNDS"
 	[[ $phase == tools-r* ]] && label="tools, round ${phase#tools-r} of $TOOLS_ROUNDS"
 	progress "$label / $target"
@@ -408,11 +413,13 @@ stop_fresh() {
 # phase NAME: true when PHASES includes it.
 phase() { [[ " $PHASES " == *" $1 "* ]]; }
 
-# The paced and tools phases decide the CPU targets, and one run of them
-# varies by ±5 % (paced) to ±15 % (tools) on a shared machine: each runs
-# PACED_ROUNDS (TOOLS_ROUNDS) times, the targets interleaved, and the report
-# shows each target's median round (by the proxy's CPU per event; for
-# direct, by p99 latency), with every round listed. A tools round has
+# The unpaced, paced and tools phases decide the throughput and CPU
+# targets, and one run of them varies by ±5 % (paced) to ±15 % (tools,
+# unpaced) on a shared machine, more as the machine's load drifts over a
+# phase: each runs UNPACED_ROUNDS (PACED_ROUNDS, TOOLS_ROUNDS) times, the
+# targets interleaved, and the report shows each target's median round (by
+# events/s delivered for unpaced; by the proxy's CPU per event for the
+# others, and for direct by p99 latency), with every round listed. A tools round has
 # threads of its own (loadgen -thread-prefix): the calls an earlier round
 # left pending stay out of its way.
 run_phases() {
@@ -423,8 +430,10 @@ run_phases() {
 		done
 	fi
 	if phase unpaced; then
-		for t in "${TARGETS[@]}"; do
-			measure unpaced "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
+		for r in $(seq "$UNPACED_ROUNDS"); do
+			for t in "${TARGETS[@]}"; do
+				measure "unpaced-r$r" "$t" "events=1000000000&rate=0" -streams "$UNPACED_STREAMS" -ramp 1s -warmup 2s -duration "${UNPACED_SECONDS}s"
+			done
 		done
 	fi
 	if phase paced; then
@@ -473,19 +482,25 @@ PLAN=0
 T0=$(date +%s)
 run_phases
 
-# figure FILE: the proxy's CPU s per 1M events, or p99 ms without a proxy.
+# figure FILE [eps]: the proxy's CPU s per 1M events, or p99 ms without a
+# proxy; with eps, the events/s delivered.
 figure() {
+	if [[ ${2:-} == eps ]]; then
+		awk '/"eventsPerSecond"/{gsub(/[,]/,"",$2); printf "%.0f", $2}' "$1"
+		return
+	fi
 	awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
 		END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
 }
-# median_rounds PHASE ROUNDS: makes each target's median round of PHASE its
-# PHASE result, and prints every round's figure ("target r1 / r2 …; …").
+# median_rounds PHASE ROUNDS [eps]: makes each target's median round of
+# PHASE (by figure) its PHASE result, and prints every round's figure
+# ("target r1 / r2 …; …").
 median_rounds() {
-	local phase=$1 rounds=$2 t r median text="" figures
+	local phase=$1 rounds=$2 by=${3:-} t r median text="" figures
 	for t in "${TARGETS[@]}"; do
 		figures=()
 		for r in $(seq "$rounds"); do
-			figures+=("$(figure "$RES/$phase-r$r-$t.json")")
+			figures+=("$(figure "$RES/$phase-r$r-$t.json" "$by")")
 		done
 		# The round of the median figure (rounds are numbered from 1).
 		median=$(for i in "${!figures[@]}"; do echo "${figures[$i]} $((i + 1))"; done | sort -n | awk '{a[NR]=$2} END{print a[int((NR+1)/2)]}')
@@ -496,6 +511,9 @@ median_rounds() {
 	done
 	printf '%s' "$text"
 }
+if phase unpaced; then
+	UNPACED_ROUNDS_TEXT=$(median_rounds unpaced "$UNPACED_ROUNDS" eps)
+fi
 if phase paced; then
 	PACED_ROUNDS_TEXT=$(median_rounds paced "$PACED_ROUNDS")
 fi
@@ -514,7 +532,8 @@ log "measured in $(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 
 	echo "- machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo) RAM, kernel $(uname -r)"
 	echo "- $(go version | cut -d' ' -f3-), $("$NGINX" -v 2>&1 | sed 's/^nginx version: //') (worker_processes auto = $(nproc))"
 	echo "- workload: agentsim AG-UI 1.0 runs of TEXT_MESSAGE_CONTENT events, ${DELTA}-byte deltas, no tool calls (pass-through), each event its own flushed SSE frame; agentsim, the proxy and loadgen share the machine"
-	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up, $PACED_ROUNDS rounds with the targets interleaved, each target's median round shown; idle: $IDLE_STREAMS streams"
+	echo "- unpaced: $UNPACED_STREAMS streams, ${UNPACED_SECONDS}s window after 1s ramp + 2s warm-up, $UNPACED_ROUNDS rounds with the targets interleaved, each target's median round (by events/s) shown; paced: $PACED_STREAMS streams × $PACED_RATE events/s, ${PACED_SECONDS}s window after 2s ramp + 3s warm-up, $PACED_ROUNDS rounds with the targets interleaved, each target's median round shown; idle: $IDLE_STREAMS streams"
+	echo "- unpaced rounds (events/s delivered), in order: $UNPACED_ROUNDS_TEXT"
 	echo "- paced rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $PACED_ROUNDS_TEXT"
 	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up, $TOOLS_ROUNDS rounds with the targets interleaved, each target's median round shown"
 	echo "- tools rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $TOOLS_ROUNDS_TEXT"
