@@ -3,6 +3,7 @@ package agui
 import (
 	"context"
 	"encoding/binary"
+	"math/bits"
 	"strings"
 	"testing"
 )
@@ -99,17 +100,38 @@ func TestFastPathAgreesWithGeneralPath(t *testing.T) {
 	}
 }
 
-func TestHasSpecialFindsEveryStringBreaker(t *testing.T) {
+func TestSpecialsFindTheFirstStringBreaker(t *testing.T) {
+	special := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	// Plain bytes around the specials' values, where a borrow could leak.
+	plain := []byte{'a', ' ', '!', '#', '[', ']', 0x7f, 0x80, 0xa2, 0xdc, 0xff}
 	for pos := range 8 {
 		for c := range 256 {
-			var b [8]byte
-			for i := range b {
-				b[i] = 'a'
-			}
-			b[pos] = byte(c)
-			want := c == '"' || c == '\\' || c < 0x20
-			if got := hasSpecial(binary.LittleEndian.Uint64(b[:])); got != want {
-				t.Fatalf("byte %#x at %d: hasSpecial = %v, want %v", c, pos, got, want)
+			for _, fill := range plain {
+				for _, after := range []byte{fill, '"', '\\', 0x00, 0x1f} {
+					var b [8]byte
+					for i := range b {
+						b[i] = fill
+						if i > pos {
+							b[i] = after
+						}
+					}
+					b[pos] = byte(c)
+					m := specials(binary.LittleEndian.Uint64(b[:]))
+					first := -1
+					for i, x := range b {
+						if special(x) {
+							first = i
+							break
+						}
+					}
+					got := -1
+					if m != 0 {
+						got = bits.TrailingZeros64(m) >> 3
+					}
+					if got != first {
+						t.Fatalf("% x: first special at %d, specials marks %d (%#x)", b, first, got, m)
+					}
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package agui
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 
 	"github.com/aguard/aguard/internal/jsonedit"
@@ -168,13 +169,25 @@ func hasLiteral(data []byte, i int, lit string) bool {
 // offset just past its closing quote. Raw control characters and invalid
 // escapes are errors; bytes >= 0x80 are accepted as they are (encoding/json.Valid
 // does not check UTF-8 either).
+//
+// It reads eight bytes at a time and goes straight to the first that ends
+// or escapes the string (specials), so that a short string — a key, an id
+// — costs a word or two, not a loop over its bytes; only the last bytes of
+// data, fewer than eight, are looked at one by one.
 func scanString(data []byte, i int) (int, *scanError) {
 	i++
-	// Skip eight plain bytes at a time; the loop below sees the rest.
-	for i+8 <= len(data) && !hasSpecial(binary.LittleEndian.Uint64(data[i:])) {
-		i += 8
-	}
-	for i < len(data) {
+	for {
+		for i+8 <= len(data) {
+			m := specials(binary.LittleEndian.Uint64(data[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(data) {
+			return 0, &scanError{off: i, reason: "unterminated string"}
+		}
 		c := data[i]
 		switch {
 		case c == '"':
@@ -202,21 +215,23 @@ func scanString(data []byte, i int) (int, *scanError) {
 				return 0, &scanError{off: i, reason: "invalid escape in string"}
 			}
 		default:
-			i++
+			i++ // a plain byte among data's last seven
 		}
 	}
-	return 0, &scanError{off: i, reason: "unterminated string"}
 }
 
-// hasSpecial reports whether any of the eight bytes in v is a quote, a
-// backslash or a control character (below 0x20): the bytes that end or
-// escape a string, or are not allowed in one. Each test is the classic
-// "has a zero byte" bit trick (exact as to presence).
-func hasSpecial(v uint64) bool {
+// specials returns a word whose byte k has its high bit set when byte k
+// of v (little-endian) is a quote, a backslash or a control character
+// (below 0x20): the bytes that end or escape a string, or are not allowed
+// in one. Each test is the classic "has a zero byte" bit trick: it may
+// also mark bytes above a marked one (a borrow runs on), never below, so
+// the lowest mark is exactly the first such byte, and a word with none
+// gives zero.
+func specials(v uint64) uint64 {
 	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	q := v ^ (ones * '"')
 	b := v ^ (ones * '\\')
-	return ((q-ones)&^q|(b-ones)&^b|(v-ones*0x20)&^v)&highs != 0
+	return ((q-ones)&^q | (b-ones)&^b | (v-ones*0x20)&^v) & highs
 }
 
 func isHex(c byte) bool {
