@@ -128,6 +128,9 @@ func (s *stream) flushCountsLocked(now int64) {
 	*c = counts{at: now}
 }
 
+// lastChunk ends a chunked body (RFC 9112 §7.1), with no trailer.
+var lastChunk = []byte("0\r\n\r\n")
+
 // chunkHead is the room reserved before pending output for a chunk's size
 // line ("ffffffff\r\n").
 const chunkHead = 10
@@ -301,7 +304,7 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	s.flushCountsLocked(0)
 	wrote := false
 	if end != "consumer_gone" && s.chunk {
-		_, err := c.Write([]byte("0\r\n\r\n"))
+		_, err := s.w.Write(lastChunk)
 		wrote = err == nil
 	}
 	s.finished = true

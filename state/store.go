@@ -432,10 +432,12 @@ func (s *Store) client(n int) (redis.UniversalClient, time.Duration) {
 	return s.bulk, min(redisIOTimeout+time.Duration(n)*bulkPerRecord, bulkIOTimeout)
 }
 
-// within bounds ctx by d, when d is set.
+// within bounds ctx by d, when d is set; otherwise it returns ctx itself
+// (a child that no one cancels early would cost each read of a thread an
+// allocation in its parent, to no end).
 func within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d <= 0 {
-		return context.WithCancel(ctx)
+		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, d)
 }
