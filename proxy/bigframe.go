@@ -9,8 +9,7 @@ import (
 
 // bigFrame is the event size from which a frame is written from the event's
 // own bytes rather than copied into the pending output: an event of N bytes
-// then costs the stream no second N. The pending output is also given back
-// when something made it grow past this.
+// then costs the stream no second N.
 const bigFrame = 64 << 10
 
 // writeBigFrameLocked writes the frame of the event data to the consumer:
@@ -41,12 +40,4 @@ func (s *stream) writeBigFrameLocked(data []byte) (bool, error) {
 	s.c.bytesOut += float64(n)
 	s.lastWrite = now
 	return true, err
-}
-
-// trimOutLocked gives back pending-output room that something made large.
-// wmu is held and the pending output is empty.
-func (s *stream) trimOutLocked() {
-	if cap(s.out) > bigFrame {
-		s.out = make([]byte, chunkHead, 512)
-	}
 }

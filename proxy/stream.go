@@ -89,6 +89,8 @@ type stream struct {
 	conn         net.Conn
 	w            io.Writer // writes conn (rawio.Conn)
 	out          []byte    // pending frames, after chunkHead reserved bytes
+	own          []byte    // the stream's own out while a batch is in a pooled one (outbuf.go)
+	pooled       *[]byte   // that pooled buffer, to give back
 	finished     bool
 	lastWrite    time.Time
 	lastDeadline time.Time
@@ -535,6 +537,7 @@ func (s *stream) writeEventsLocked(events []agui.Event) error {
 				continue
 			}
 		}
+		s.roomLocked(len(ev.JSON) + frameExtra)
 		s.out = sse.AppendFrame(s.out, ev.JSON)
 	}
 	return nil
@@ -574,7 +577,7 @@ func (s *stream) flushLocked() error {
 	_, err := s.w.Write(b)
 	s.c.bytesOut += float64(n)
 	s.out = s.out[:chunkHead]
-	s.trimOutLocked()
+	s.releaseOutLocked()
 	s.lastWrite = now
 	return err
 }
