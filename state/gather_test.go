@@ -124,18 +124,8 @@ func TestCatchingUpWithANewPrimaryWaitsForQueuedWrites(t *testing.T) {
 	if err := s.Record([]*ToolCall{newCall("c1", "queued-1", StatusPending, t0)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	link.Redirect(promoted)
-	pc := rawClient(t, promoted)
-	ctx := context.Background()
-	info, err := pc.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := parseInfo(info)
-	await.For(t, "the replica to say it caught up with the new primary", func() bool {
-		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
-	})
-	if pc.Exists(ctx, "aguard:{queued-1}:call:c1").Val() != 1 {
+	pc := failOverTo(t, s, link, promoted)
+	if pc.Exists(context.Background(), "aguard:{queued-1}:call:c1").Val() != 1 {
 		t.Fatal("the replica said it caught up with the new primary before its queued write was in it")
 	}
 }
@@ -149,6 +139,25 @@ func awaitCaughtUp(t *testing.T, s *Store) {
 		defer s.loss.mu.Unlock()
 		return s.loss.primary.caughtUp != ""
 	})
+}
+
+// failOverTo sends s's Redis connections to promoted, as a failover does,
+// and waits for s to say in promoted that it caught up with it; it
+// returns a client of promoted.
+func failOverTo(t *testing.T, s *Store, link *redistest.Link, promoted *redistest.Server) *redis.Client {
+	t.Helper()
+	link.Redirect(promoted)
+	pc := rawClient(t, promoted)
+	ctx := context.Background()
+	info, err := pc.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := parseInfo(info)
+	await.For(t, "the replica to say it caught up with the new primary", func() bool {
+		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
+	})
+	return pc
 }
 
 // TestCatchingUpIsNotHeldBackByNewWrites: writes that keep coming after a
@@ -181,17 +190,7 @@ func TestCatchingUpIsNotHeldBackByNewWrites(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); <-done }()
-	link.Redirect(promoted)
-	pc := rawClient(t, promoted)
-	ctx := context.Background()
-	info, err := pc.Info(ctx, "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := parseInfo(info)
-	await.For(t, "the replica to say it caught up with the new primary", func() bool {
-		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
-	})
+	failOverTo(t, s, link, promoted)
 }
 
 // awaitKey waits until Redis srv has key: what, written behind.
