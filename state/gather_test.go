@@ -116,11 +116,7 @@ func TestSendSendsWhatWaits(t *testing.T) {
 // other replicas read there) only once the writes it had waiting are in
 // it; it sends them at once rather than after Options.WriteDelay.
 func TestCatchingUpWithANewPrimaryWaitsForQueuedWrites(t *testing.T) {
-	old, promoted := redistest.Start(t), redistest.Start(t)
-	link := old.Link(t)
-	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
-	await.For(t, "the first heartbeat", s.markerSet)
-	awaitCaughtUp(t, s)
+	s, link, promoted := caughtUpReplica(t)
 	if err := s.Record([]*ToolCall{newCall("c1", "queued-1", StatusPending, t0)}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -139,6 +135,19 @@ func awaitCaughtUp(t *testing.T, s *Store) {
 		defer s.loss.mu.Unlock()
 		return s.loss.primary.caughtUp != ""
 	})
+}
+
+// caughtUpReplica opens a Store whose writes wait an hour for others,
+// through a link to one Redis that it has said it caught up with, and
+// starts a second Redis for the link to fail over to (failOverTo).
+func caughtUpReplica(t *testing.T) (*Store, *redistest.Link, *redistest.Server) {
+	t.Helper()
+	old, promoted := redistest.Start(t), redistest.Start(t)
+	link := old.Link(t)
+	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
+	await.For(t, "the first heartbeat", s.markerSet)
+	awaitCaughtUp(t, s)
+	return s, link, promoted
 }
 
 // failOverTo sends s's Redis connections to promoted, as a failover does,
@@ -165,11 +174,7 @@ func failOverTo(t *testing.T, s *Store, link *redistest.Link, promoted *redistes
 // it from saying it caught up with a new primary once the ones it had
 // queued before are in.
 func TestCatchingUpIsNotHeldBackByNewWrites(t *testing.T) {
-	old, promoted := redistest.Start(t), redistest.Start(t)
-	link := old.Link(t)
-	s := openStore(t, Options{RedisURL: link.URL(), WriteDelay: time.Hour, heartbeat: 20 * time.Millisecond})
-	await.For(t, "the first heartbeat", s.markerSet)
-	awaitCaughtUp(t, s)
+	s, link, promoted := caughtUpReplica(t)
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
