@@ -136,6 +136,7 @@ func (s *Store) PutCall(ctx context.Context, c *ToolCall) error {
 	}
 	s.cacheCall(n, 0, 0, 0)
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+	defer s.acks.end(s.acks.begin())
 	vers, err := s.writeRedis(ctx, []callWrite{{n, -1}}, nil)
 	if err != nil {
 		s.writeFailed(ctx, err)
@@ -198,6 +199,7 @@ func (s *Store) PutCallsSync(ctx context.Context, calls []*ToolCall, t *Thread) 
 		}
 		seq, epoch := s.invalSeq.Load(), s.epoch.Load()
 		groups := groupWrites(writes, threads)
+		defer s.acks.end(s.acks.begin())
 		res, err := s.runWrites(ctx, "w", groups)
 		if err == nil {
 			s.met.writes.WithLabelValues(writeRedis).Add(float64(len(items)))
@@ -303,14 +305,18 @@ func (s *Store) update(ctx context.Context, r Ref, fn func(c *ToolCall) error) (
 		if err != nil {
 			return nil, err
 		}
+		ticket := s.acks.begin()
 		vers, err := s.writeRedis(ctx, []callWrite{{next, ver}}, nil)
-		switch {
-		case errors.Is(err, errConflict):
+		if errors.Is(err, errConflict) {
+			s.acks.end(ticket)
 			s.met.writes.WithLabelValues(writeConflict).Inc()
 			if attempt >= maxCASAttempts {
 				return nil, fmt.Errorf("state: update %s: gave up after %d conflicting writes: %w", r, attempt, err)
 			}
 			continue
+		}
+		defer s.acks.end(ticket) // every way on returns
+		switch {
 		case err != nil && !s.unreachable(ctx, err):
 			return nil, fmt.Errorf("state: update %s: %w", r, err)
 		case err != nil:

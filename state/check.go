@@ -353,11 +353,13 @@ func (s *Store) ApplyAnswers(ctx context.Context, v *ThreadView, changes []Chang
 			groups = append(groups, &threadWrite{thread: v.id, calls: writes[start:min(start+applyChunk, len(writes))]})
 		}
 		c, budget := s.client(len(writes))
+		ticket := s.acks.begin()
 		res, err := s.runWritesOn(ctx, c, budget, "w", groups)
 		if err != nil {
 			if budget > 0 && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 				err = fmt.Errorf("writing %d records took longer than %v: %w: %w", len(writes), budget, errSlow, err)
 			}
+			defer s.acks.end(ticket)
 			if !s.unreachable(ctx, err) {
 				for _, i := range idx {
 					out[i].Err = fmt.Errorf("state: record answers of thread %q: %w", v.id, err)
@@ -389,6 +391,7 @@ func (s *Store) ApplyAnswers(ctx context.Context, v *ThreadView, changes []Chang
 				out[i] = Result{Call: w.call.clone()}
 			}
 		}
+		s.acks.end(ticket) // before a conflict's read, which may wait for a write-back
 		s.met.writes.WithLabelValues(writeRedis).Add(float64(len(writes) - len(conflicted)))
 		if len(conflicted) == 0 {
 			break

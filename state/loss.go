@@ -361,6 +361,14 @@ func (s *Store) restoreAll() (written, skipped int, err error) {
 	s.runs.dirty = true
 	s.runs.mu.Unlock()
 
+	// A write acknowledged before the loss was seen may not be in memory
+	// yet: wait for it, or the snapshot misses it (inflight.go).
+	ctx, cancel = context.WithTimeout(context.Background(), drainTimeout)
+	err = s.acks.settle(ctx)
+	cancel()
+	if err != nil {
+		return 0, 0, err
+	}
 	groups := s.restoreGroups()
 	for len(groups) > 0 {
 		part := groups[:min(writeBackPipeline, len(groups))]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +122,101 @@ func replOffset(t *testing.T, c *redis.Client, field string) int64 {
 		}
 	}
 	return -1
+}
+
+// holdWrite is a redis.Hook that, once armed, holds the first pipeline
+// carrying the write script after its reply has arrived: the write is in
+// Redis, its acknowledgement not yet in the Store's memory.
+type holdWrite struct {
+	sha     string
+	armed   atomic.Bool
+	replied chan struct{}
+	release chan struct{}
+}
+
+func (h *holdWrite) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdWrite) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdWrite) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if args := c.Args(); len(args) > 1 && c.Name() == "evalsha" && args[1] == h.sha && h.armed.CompareAndSwap(true, false) {
+				close(h.replied)
+				<-h.release
+				break
+			}
+		}
+		return err
+	}
+}
+
+// TestAWriteTheOldPrimaryAcknowledgedJustBeforeAFailoverIsWrittenBack
+// answers a call on the old primary after its replica was promoted, and
+// holds the reply between Redis and the Store's memory while the endpoint
+// moves to the new primary and the Store notices: its write-back must
+// carry the answer there. Taken before the answer reached memory, the
+// write-back would skip the call (the new primary has the version it knew)
+// and the new primary would keep the call executing for good.
+func TestAWriteTheOldPrimaryAcknowledgedJustBeforeAFailoverIsWrittenBack(t *testing.T) {
+	old, promoted := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	oc, pc := rawClient(t, old), rawClient(t, promoted)
+	host, port, _ := strings.Cut(old.Addr(), ":")
+	if err := oc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	link := old.Link(t)
+	hold := &holdWrite{sha: redis.NewScript(writeScriptSrc).Hash(), replied: make(chan struct{}), release: make(chan struct{})}
+	a := openStore(t, Options{RedisURL: link.URL(), heartbeat: time.Hour, Hooks: []redis.Hook{hold}})
+	await.For(t, "the first heartbeat", a.markerSet)
+
+	th := "t-held-ack"
+	c := newCall("c1", th, StatusExecuting, t0)
+	if err := a.PutCallsSync(ctx, []*ToolCall{c}, &Thread{ID: th, LastRunID: "r1", PendingCalls: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	await.For(t, "the replica to have every write so far", func() bool {
+		return replOffset(t, oc, "master_repl_offset") <= replOffset(t, pc, "slave_repl_offset")
+	})
+	if err := pc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	hold.armed.Store(true)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := a.Apply(ctx, Ref{th, "c1"}, Answer([]byte(`"yes"`), "", false, time.Now()))
+		answered <- err
+	}()
+	<-hold.replied
+	if got := oc.HGet(ctx, callKey(Ref{th, "c1"}), "s").Val(); got != string(StatusCompleted) {
+		t.Fatalf("the old primary has the call %q, want it answered", got)
+	}
+	link.Redirect(promoted)
+	if err := a.rdb.Ping(ctx).Err(); err != nil { // a new connection: to the new primary
+		t.Fatal(err)
+	}
+	lost := a.met.dataLost.WithLabelValues(string(causeRestart))
+	await.For(t, "the Store to count the new primary as a loss", func() bool { return metricValue(t, lost) == 1 })
+	await.For(t, "the write-back to wait for the answer, or to be done without it", func() bool {
+		a.loss.mu.Lock()
+		done := a.loss.completed
+		a.loss.mu.Unlock()
+		return done || a.acks.settling()
+	})
+	close(hold.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("the answer: %v", err)
+	}
+	await.For(t, "the write-back to be done", func() bool {
+		a.loss.mu.Lock()
+		defer a.loss.mu.Unlock()
+		return a.loss.completed && !a.loss.pending && !a.loss.writing
+	})
+	if got := pc.HGet(ctx, callKey(Ref{th, "c1"}), "s").Val(); got != string(StatusCompleted) {
+		t.Fatalf("the new primary has the answered call as %q after the write-back", got)
+	}
 }

@@ -217,6 +217,7 @@ type Store struct {
 	loss lossState   // see loss.go
 	runs runRegistry // see runs.go
 	slow slowState   // see slow.go
+	acks inflight    // writes whose acknowledgement is not yet in memory; see inflight.go
 
 	kick      chan struct{} // wakes the writer
 	rush      chan struct{} // ends the writer's wait for more writes (gather)

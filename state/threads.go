@@ -104,6 +104,7 @@ func (s *Store) PutThread(ctx context.Context, t *Thread) error {
 		return nil
 	}
 	s.cacheThread(n, 0)
+	defer s.acks.end(s.acks.begin())
 	res, err := s.runWrites(ctx, "w", groupWrites(nil, []*Thread{n}))
 	if err != nil {
 		s.writeFailed(ctx, err)

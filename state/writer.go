@@ -305,6 +305,7 @@ func (s *Store) runWriter() {
 // record cannot stall the queue. It returns an error when Redis is
 // unreachable.
 func (s *Store) drain(ctx context.Context, batch []*item) error {
+	defer s.acks.end(s.acks.begin())
 	res, err := s.writeItems(ctx, batch)
 	if err == nil {
 		s.ack(batch, res, false)
