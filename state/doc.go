@@ -171,7 +171,10 @@
 // caught up, a Store that saw the change reads no record or thread there:
 // its reads wait for them, at most three heartbeats, then fail with
 // ErrUnavailable. A read that was itself the first to reach the new
-// primary is made again once they have. On a Redis Cluster
+// primary is made again once they have. A write the old primary
+// acknowledged just before the change was seen, whose acknowledgement has
+// not reached memory yet, is waited for before the write-back takes its
+// snapshot. On a Redis Cluster
 // a master replaced is noticed at the next beat, without that wait.
 //
 // # Deadlines and lost runs
