@@ -306,15 +306,17 @@ func (a *api) notify(approve bool, c *state.ToolCall) {
 	if n == nil {
 		return
 	}
+	// Through the store: after the decision's write, if it is queued.
+	tell := func(notice state.Notice) { a.opt.Store.Tell(n, notice, c) }
 	switch {
 	case c.Cause == state.CauseApprovalTimeout:
 	case approve:
-		n.Notify(state.CallApproved, c)
+		tell(state.CallApproved)
 	default:
-		n.Notify(state.CallRejected, c)
+		tell(state.CallRejected)
 	}
 	if c.Status.Terminal() {
-		n.Notify(state.CallEnded, c)
+		tell(state.CallEnded)
 	}
 }
 

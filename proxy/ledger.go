@@ -235,6 +235,7 @@ func (l *ledger) runEnded(ctx context.Context, run *agui.RunEnd) {
 	} else if err := l.store.Record(writes, th); err != nil {
 		l.log.ErrorContext(ctx, "could not record the end of the run", "err", err)
 	}
+	l.tellEnded(writes)
 	l.endHeld(ctx, held, cause, detail, now)
 	l.unregister()
 }
@@ -253,7 +254,6 @@ func (l *ledger) endOpen(cause state.EndCause, detail string, pending map[string
 		}
 		if next, err := state.EndWithRun(cause, detail, now).Next(c); err == nil {
 			*writes = append(*writes, next)
-			l.tell(state.CallEnded, next)
 		}
 	}
 	clear(l.calls)
@@ -296,6 +296,7 @@ func (l *ledger) close(ctx context.Context, end string) {
 		if err := l.store.Record(writes, nil); err != nil {
 			l.log.ErrorContext(ctx, "could not record the end of the run", "err", err)
 		}
+		l.tellEnded(writes)
 		l.endHeld(ctx, held, state.CauseRunCancelled, detail, now)
 	}
 	l.unregister()
@@ -315,12 +316,20 @@ func (l *ledger) unregister() {
 	}
 }
 
-// tell sends the webhook for c's change, and has the store send the
-// record's write at once: the receiver may read it from any replica.
+// tell sends the webhook for c's change once the store has written c's
+// record (state.Store.Tell): the receiver may read it from any replica.
 func (l *ledger) tell(n state.Notice, c *state.ToolCall) {
-	if l.notify != nil && c != nil {
-		l.store.Send()
-		l.notify.Notify(n, c)
+	if l.notify != nil {
+		l.store.Tell(l.notify, n, c)
+	}
+}
+
+// tellEnded tells of the calls among writes that ended, once recorded.
+func (l *ledger) tellEnded(writes []*state.ToolCall) {
+	for _, c := range writes {
+		if c.Status.Terminal() {
+			l.tell(state.CallEnded, c)
+		}
 	}
 }
 

@@ -118,7 +118,7 @@ func (p *Proxy) checkThread(ctx context.Context, in *agui.RunInput) (*threadRefu
 			continue
 		}
 		if p.opt.Notifier != nil && r.Call != nil && r.Call.Status.Terminal() {
-			p.opt.Notifier.Notify(state.CallEnded, r.Call)
+			store.Tell(p.opt.Notifier, state.CallEnded, r.Call)
 		}
 	}
 	return nil, rewrites

@@ -34,16 +34,6 @@ func (s *Store) Record(calls []*ToolCall, t *Thread) error {
 	return nil
 }
 
-// Send has the writer send what is waiting for others to share its round
-// trip (Options.WriteDelay) at once, without waiting for it: aguard calls
-// it as a webhook names a record, which the receiver may then read from any
-// replica.
-func (s *Store) Send() {
-	if s.rdb != nil {
-		s.rushWriter()
-	}
-}
-
 // RecordSync is Record, and then waits until Redis has acknowledged every
 // write, until ctx ends, or until Redis is found unreachable: aguard calls it
 // before a RUN_FINISHED that tells a consumer which calls are pending leaves

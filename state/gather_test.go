@@ -104,13 +104,6 @@ func TestCloseSendsWhatGathered(t *testing.T) {
 	}
 }
 
-// TestSendSendsWhatWaits: Send has what is waiting written at once.
-func TestSendSendsWhatWaits(t *testing.T) {
-	s, srv := recordGathering(t, time.Hour, newCall("c1", "send-1", StatusPending, t0))
-	s.Send()
-	awaitKey(t, srv, "aguard:{send-1}:call:c1", "the record to reach Redis")
-}
-
 // TestCatchingUpWithANewPrimaryWaitsForQueuedWrites: after a primary
 // change a replica says it has caught up with the new primary (which lets
 // other replicas read there) only once the writes it had waiting are in

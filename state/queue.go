@@ -11,6 +11,7 @@ type item struct {
 	run     *runOp
 	seq     uint64    // enqueue order; a newer write of the same key gets a new one
 	waiters []*waiter // RecordSync and PutCallsSync calls waiting for this key to reach Redis
+	notices []notice  // Tell's notices waiting for this key to reach Redis (tell.go)
 }
 
 // runOp registers a run in this replica's runs registry (live) or withdraws
@@ -101,6 +102,7 @@ func (q *queue) push(it *item) (dropped []*item) {
 		old := q.order.Remove(e).(*item)
 		q.bytes -= old.size()
 		it.waiters = append(old.waiters, it.waiters...)
+		it.notices = append(old.notices, it.notices...)
 	}
 	q.byKey[k] = q.order.PushBack(it)
 	q.bytes += it.size()

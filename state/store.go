@@ -214,10 +214,11 @@ type Store struct {
 	epoch    atomic.Uint64 // bumped whenever invalidations may have been missed
 	invalSeq atomic.Uint64 // counts invalidations from other Stores
 
-	loss lossState   // see loss.go
-	runs runRegistry // see runs.go
-	slow slowState   // see slow.go
-	acks inflight    // writes whose acknowledgement is not yet in memory; see inflight.go
+	loss  lossState   // see loss.go
+	runs  runRegistry // see runs.go
+	slow  slowState   // see slow.go
+	acks  inflight    // writes whose acknowledgement is not yet in memory; see inflight.go
+	tells tellQueue   // notices due to Notifiers; see tell.go
 
 	kick      chan struct{} // wakes the writer
 	rush      chan struct{} // ends the writer's wait for more writes (gather)
@@ -354,6 +355,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 		s.rdb.AddHook(h)
 		s.bulk.AddHook(h)
 	}
+	s.startTells()
 
 	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	err = s.rdb.Ping(pctx).Err()
@@ -413,6 +415,11 @@ func (s *Store) Close() error {
 		_ = s.ps.Close() // unblocks the subscriber's Receive
 		s.wg.Wait()
 		s.flushOnClose()
+		s.mu.Lock()
+		told := s.releaseNoticesLocked() // writes Redis never acknowledged
+		s.mu.Unlock()
+		s.tells.push(told...)
+		s.tells.close()
 		s.withdraw()
 		if err := errors.Join(s.rdb.Close(), s.bulk.Close()); err != nil {
 			s.closeErr = fmt.Errorf("state: close redis client: %w", err)

@@ -91,16 +91,19 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 		}
 		dropped = append(dropped, s.q.push(it)...)
 	}
+	var told []notice
 	for _, d := range dropped {
 		for _, dw := range d.waiters {
 			dw.finish(true)
 		}
+		told = append(told, d.notices...)
 	}
 	n, bytes := s.q.len(), s.q.bytes
 	s.qlen.Store(int64(n))
 	logDrop := len(dropped) > 0 && !s.dropping
 	s.dropping = s.dropping || len(dropped) > 0
 	s.mu.Unlock()
+	s.tells.push(told...)
 
 	s.met.writes.WithLabelValues(writeQueued).Add(float64(len(items)))
 	s.met.queueDepth.Set(float64(n))
@@ -204,10 +207,13 @@ func (s *Store) setDown(err error) {
 	wasUp := s.downErr == nil
 	s.downErr = err
 	s.up.Store(false)
+	var told []notice
 	if wasUp {
 		s.broadcastLocked()
+		told = s.releaseNoticesLocked()
 	}
 	s.mu.Unlock()
+	s.tells.push(told...)
 	if wasUp {
 		s.met.redisUp.Set(0)
 		s.log.Warn("redis unreachable; serving from memory and queuing writes", "err", err)
@@ -395,6 +401,7 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) 
 // memory entries that still hold exactly those snapshots.
 func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	var acked int
+	var told []notice
 	s.mu.Lock()
 	for _, it := range batch {
 		if s.q.ack(it) {
@@ -402,6 +409,7 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 			for _, w := range it.waiters {
 				w.finish(dropped)
 			}
+			told = append(told, it.notices...)
 		}
 	}
 	n, bytes := s.q.len(), s.q.bytes
@@ -411,6 +419,7 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	}
 	s.broadcastLocked()
 	s.mu.Unlock()
+	s.tells.push(told...)
 
 	s.met.queueDepth.Set(float64(n))
 	s.met.queueBytes.Set(float64(bytes))

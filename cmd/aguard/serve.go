@@ -228,15 +228,17 @@ func (r *running) shutdown(timeout time.Duration) error {
 	err := r.proxy.Close()
 	closeAuth(r.authn)
 	r.policy.Close(context.Background()) // the last decision-log upload
+	// The ledger first: its last writes pass their webhooks on
+	// (state.Store.Tell), which the notifier then delivers.
+	if serr := r.store.Close(); serr != nil {
+		r.log.Warn("closing the ledger", "err", serr)
+	}
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer hcancel()
 	if herr := r.hooks.Close(hctx); herr != nil {
 		r.log.Warn("webhook deliveries left unsent at shutdown", "err", herr)
 	}
 	closeRedis(r.hooksRedis)
-	if serr := r.store.Close(); serr != nil {
-		r.log.Warn("closing the ledger", "err", serr)
-	}
 	tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer tcancel()
 	if terr := r.traces.Shutdown(tctx); terr != nil {

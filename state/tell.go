@@ -1,0 +1,126 @@
+package state
+
+import "sync"
+
+// Notices after writes. A webhook names a record that its receiver may
+// read from any replica, so it must not leave before the record's write
+// has reached Redis. Tell holds a notice on the queued write of its
+// record and passes it on once Redis has acknowledged that write (or a
+// newer one of the same record), so that the notices of a busy replica
+// ride on the writes it gathers (Options.WriteDelay) instead of sending
+// each write at once.
+//
+// A notice is not held back by Redis failing: when a write is dropped
+// from a full queue, when Redis is found unreachable, or when the Store
+// closes with writes Redis never acknowledged, the notices waiting on them
+// are passed on at once (the receiver then reads the record from this
+// replica, or not at all, as for any write in that state). Notices are
+// passed on, in the order their writes were acknowledged, by one
+// goroutine, so a Notifier that blocks never holds up the writer.
+
+// notice is a Notify call waiting for its record's write.
+type notice struct {
+	to Notifier
+	n  Notice
+	c  *ToolCall // a copy the Store owns
+}
+
+// tellQueue is the notices due, in order, and the goroutine that passes
+// them on.
+type tellQueue struct {
+	mu      sync.Mutex
+	due     []notice
+	wake    chan struct{} // cap 1
+	closing bool
+	done    chan struct{} // closed when the goroutine has passed everything on and exited
+}
+
+// Tell passes n about c on to to, once c's write has reached Redis: at
+// once when nothing of c is queued (the write was acknowledged, Redis is
+// unreachable, or the Store has no Redis); otherwise when the queued write
+// is acknowledged or given up. c may change once Tell returns. On a nil
+// Store it is to.Notify.
+func (s *Store) Tell(to Notifier, n Notice, c *ToolCall) {
+	if to == nil || c == nil {
+		return
+	}
+	if s == nil || s.rdb == nil {
+		to.Notify(n, c)
+		return
+	}
+	nt := notice{to: to, n: n, c: c.clone()}
+	key := callKey(RefOf(c))
+	s.mu.Lock()
+	it, queued := s.q.get(key)
+	if queued && s.downErr == nil {
+		it.notices = append(it.notices, nt)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	s.tells.push(nt)
+}
+
+// startTells starts the goroutine that passes notices on.
+func (s *Store) startTells() {
+	s.tells.wake = make(chan struct{}, 1)
+	s.tells.done = make(chan struct{})
+	go s.tells.run()
+}
+
+// push queues notices to pass on, in order.
+func (q *tellQueue) push(ns ...notice) {
+	if len(ns) == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.due = append(q.due, ns...)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *tellQueue) run() {
+	defer close(q.done)
+	for {
+		q.mu.Lock()
+		due, closing := q.due, q.closing
+		q.due = nil
+		q.mu.Unlock()
+		for _, nt := range due {
+			nt.to.Notify(nt.n, nt.c)
+		}
+		if len(due) == 0 && closing {
+			return
+		}
+		if len(due) == 0 {
+			<-q.wake
+		}
+	}
+}
+
+// close passes on what is queued and stops the goroutine.
+func (q *tellQueue) close() {
+	q.mu.Lock()
+	q.closing = true
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+	<-q.done
+}
+
+// releaseNoticesLocked takes the notices off every queued item, to pass
+// them on at once (Redis unreachable, or the Store closing); mu is held.
+func (s *Store) releaseNoticesLocked() []notice {
+	var out []notice
+	for e := s.q.order.Front(); e != nil; e = e.Next() {
+		it := e.Value.(*item)
+		out = append(out, it.notices...)
+		it.notices = nil
+	}
+	return out
+}
