@@ -184,7 +184,7 @@ var Flags = []Flag{
 			}
 			return err
 		}},
-	{"redis-write-delay", "250ms", "how long a ledger write that no one waits for may wait for others, so that one round trip to Redis carries them all (0: each goes at once). A RUN_FINISHED's write, a call held for approval, a decision on a call, a webhook and shutdown send what is waiting at once; other replicas may read a record that much later, and a replica that dies loses at most that much of its writes",
+	{"redis-write-delay", "250ms", "how long a ledger write that no one waits for may wait for others, so that one round trip to Redis carries them all (0: each goes at once). A RUN_FINISHED's write, a call held for approval, a decision on a call and shutdown send what is waiting at once (a webhook leaves once its record's write is in Redis); other replicas may read a record that much later, and a replica that dies loses at most that much of its writes",
 		func(c *Config, v string) (err error) {
 			if c.RedisWriteDelay, err = parseDuration(v); err == nil && (c.RedisWriteDelay < 0 || c.RedisWriteDelay > 10*time.Second) {
 				err = fmt.Errorf("want 0 to 10s, got %q", v)

@@ -102,18 +102,25 @@ decision := {"action": "deny", "reason": "no"} if input.call.name == "rm_rf"
 	}
 }
 
-// TestAWebhookNamesARecordInRedis: with the ledger in Redis, the record a
-// webhook names reaches Redis at once, not after --redis-write-delay (an
-// hour here), so that the receiver reads it from any replica while the run
-// is still going.
-func TestAWebhookNamesARecordInRedis(t *testing.T) {
+// TestAWebhookLeavesOnceItsRecordIsInRedis: with the ledger in Redis, a
+// webhook reaches its receiver only once the record it names is in Redis,
+// so that the receiver can read it from any replica; the record's write
+// is not sent early for it: it gathers (for an hour here) until the run's
+// end sends what waits, and the webhook follows.
+func TestAWebhookLeavesOnceItsRecordIsInRedis(t *testing.T) {
 	srv := redistest.Start(t)
-	started := make(chan struct{}, 1)
+	opt, err := goredis.ParseURL(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := goredis.NewClient(opt)
+	defer raw.Close()
+	started := make(chan bool, 1) // whether the record was in Redis when the webhook came
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if strings.Contains(string(body), `"llm.tool_call_started"`) {
 			select {
-			case started <- struct{}{}:
+			case started <- raw.Exists(context.Background(), "aguard:{thread-x}:call:w-1").Val() == 1:
 			default:
 			}
 		}
@@ -131,8 +138,9 @@ func TestAWebhookNamesARecordInRedis(t *testing.T) {
 		`{"type":"TOOL_CALL_END","toolCallId":"w-1"}`,
 		`{"type":"RUN_FINISHED","threadId":"thread-x","runId":"run-1"}`,
 	}}, hold: map[string]chan struct{}{"run-1": release}}
+	st := openStoreOpt(t, state.Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
 	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
-		o.State = openStoreOpt(t, state.Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
+		o.State = st
 		o.Notifier = hooks
 	})
 	done := make(chan struct{})
@@ -142,20 +150,21 @@ func TestAWebhookNamesARecordInRedis(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}()
-	defer func() { <-done }()
-	defer close(release)
+	await.Within(t, 5*time.Second, "the ledger to record the started call", func() bool {
+		_, err := st.GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "w-1"})
+		return err == nil
+	})
+	if n := raw.Exists(context.Background(), "aguard:{thread-x}:call:w-1").Val(); n != 0 {
+		t.Fatalf("the started call's record reached Redis while the write gathers: the webhook sent it early")
+	}
+	close(release)
+	<-done
 	select {
-	case <-started:
+	case inRedis := <-started:
+		if !inRedis {
+			t.Fatal("the llm.tool_call_started webhook came before its record was in Redis")
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no llm.tool_call_started webhook")
 	}
-	opt, err := goredis.ParseURL(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw := goredis.NewClient(opt)
-	defer raw.Close()
-	await.Within(t, 5*time.Second, "the started call's record in Redis", func() bool {
-		return raw.Exists(context.Background(), "aguard:{thread-x}:call:w-1").Val() == 1
-	})
 }

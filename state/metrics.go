@@ -24,6 +24,7 @@ type metrics struct {
 	writes      *prometheus.CounterVec
 	queueDepth  prometheus.Gauge
 	dropped     prometheus.Counter
+	noticesLost prometheus.Counter
 	cacheHits   prometheus.Counter
 	cacheMisses prometheus.Counter
 
@@ -74,6 +75,10 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aguard_state_queue_dropped_total",
 			Help: "Queued writes dropped, oldest first, because the queue was full.",
+		}),
+		noticesLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "aguard_state_notices_dropped_total",
+			Help: "Notices (webhooks) dropped, oldest first, because too many waited to be passed to the notifier.",
 		}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "aguard_state_cache_hits_total",
@@ -161,7 +166,7 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 	if reg == nil {
 		return m, nil
 	}
-	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.cacheHits, m.cacheMisses,
+	all := []prometheus.Collector{m.redisUp, m.writes, m.queueDepth, m.dropped, m.noticesLost, m.cacheHits, m.cacheMisses,
 		m.transitions, m.protectedEntries, m.protectedBytes, m.protectedMax, m.protectedOverflow, m.holdsRefused,
 		m.dataLost, m.writeBack, m.deadlinesFired, m.runsLost, m.approvalWait, m.approvalsPending,
 		m.redisSlow, m.writesLate, m.cacheBytes, m.queueBytes}

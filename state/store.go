@@ -418,7 +418,7 @@ func (s *Store) Close() error {
 		s.mu.Lock()
 		told := s.releaseNoticesLocked() // writes Redis never acknowledged
 		s.mu.Unlock()
-		s.tells.push(told...)
+		s.passOn(told...)
 		s.tells.close()
 		s.withdraw()
 		if err := errors.Join(s.rdb.Close(), s.bulk.Close()); err != nil {

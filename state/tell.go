@@ -25,14 +25,26 @@ type notice struct {
 	c  *ToolCall // a copy the Store owns
 }
 
+// Bounds of the notices due: a Notifier slower than the notices come (a
+// webhook queue in a Redis that answers slowly) must not grow the process
+// without end. Past either, the oldest are dropped, counted
+// (aguard_state_notices_dropped_total) and logged once until the queue
+// empties.
+const (
+	maxNoticesDue     = 10_000
+	maxNoticeBytesDue = 16 << 20
+)
+
 // tellQueue is the notices due, in order, and the goroutine that passes
 // them on.
 type tellQueue struct {
-	mu      sync.Mutex
-	due     []notice
-	wake    chan struct{} // cap 1
-	closing bool
-	done    chan struct{} // closed when the goroutine has passed everything on and exited
+	mu       sync.Mutex
+	due      []notice
+	bytes    int64 // estimated bytes of due's records
+	dropping bool  // a drop was logged since the queue was last empty
+	closing  bool
+	wake     chan struct{} // cap 1
+	done     chan struct{} // closed when the goroutine has passed everything on and exited
 }
 
 // Tell passes n about c on to to, once c's write has reached Redis: at
@@ -58,7 +70,7 @@ func (s *Store) Tell(to Notifier, n Notice, c *ToolCall) {
 		return
 	}
 	s.mu.Unlock()
-	s.tells.push(nt)
+	s.passOn(nt)
 }
 
 // startTells starts the goroutine that passes notices on.
@@ -68,14 +80,34 @@ func (s *Store) startTells() {
 	go s.tells.run()
 }
 
-// push queues notices to pass on, in order.
-func (q *tellQueue) push(ns ...notice) {
+// passOn queues notices for the goroutine, in order, within the bounds.
+func (s *Store) passOn(ns ...notice) {
 	if len(ns) == 0 {
 		return
 	}
+	q := &s.tells
 	q.mu.Lock()
-	q.due = append(q.due, ns...)
+	for _, nt := range ns {
+		q.due = append(q.due, nt)
+		q.bytes += nt.c.size()
+	}
+	dropped := 0
+	for len(q.due) > maxNoticesDue || q.bytes > maxNoticeBytesDue && len(q.due) > 1 {
+		q.bytes -= q.due[0].c.size()
+		q.due[0] = notice{}
+		q.due = q.due[1:]
+		dropped++
+	}
+	logDrop := dropped > 0 && !q.dropping
+	q.dropping = q.dropping || dropped > 0
 	q.mu.Unlock()
+	if dropped > 0 {
+		s.met.noticesLost.Add(float64(dropped))
+	}
+	if logDrop {
+		s.log.Error("too many notices wait for the notifier (webhooks); dropping the oldest until it catches up",
+			"max", maxNoticesDue, "max_bytes", maxNoticeBytesDue)
+	}
 	select {
 	case q.wake <- struct{}{}:
 	default:
@@ -87,7 +119,10 @@ func (q *tellQueue) run() {
 	for {
 		q.mu.Lock()
 		due, closing := q.due, q.closing
-		q.due = nil
+		q.due, q.bytes = nil, 0
+		if len(due) == 0 {
+			q.dropping = false
+		}
 		q.mu.Unlock()
 		for _, nt := range due {
 			nt.to.Notify(nt.n, nt.c)

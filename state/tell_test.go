@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -166,5 +167,40 @@ func TestCloseTellsOfWhatItFlushes(t *testing.T) {
 	}
 	if got := w.notices(); len(got) != 1 || got[0].inRedis != string(StatusExecuting) {
 		t.Errorf("after Close: %+v, want the notice, its record in Redis", got)
+	}
+}
+
+// holdingNotifier is a Notifier that holds its first notice until released.
+type holdingNotifier struct {
+	entered, release chan struct{}
+	once             sync.Once
+	told
+}
+
+func (g *holdingNotifier) Notify(n Notice, c *ToolCall) {
+	g.once.Do(func() { close(g.entered); <-g.release })
+	g.told.Notify(n, c)
+}
+
+// TestNoticesWaitingForASlowNotifierAreBounded: while the notifier holds
+// a notice, at most maxNoticesDue wait behind it; the oldest past that are
+// dropped and counted, and the rest are passed on in order.
+func TestNoticesWaitingForASlowNotifierAreBounded(t *testing.T) {
+	s := openRedisStore(t, redistest.Start(t), Options{})
+	g := &holdingNotifier{entered: make(chan struct{}), release: make(chan struct{})}
+	s.Tell(g, CallStarted, newCall("first", "slow-1", StatusExecuting, t0))
+	<-g.entered
+	const extra = 3
+	for i := range maxNoticesDue + extra {
+		s.Tell(g, CallStarted, newCall(fmt.Sprintf("c%d", i), "slow-1", StatusExecuting, t0))
+	}
+	if got := metricValue(t, s.met.noticesLost); got != extra {
+		t.Errorf("dropped %v notices, want %d", got, extra)
+	}
+	close(g.release)
+	await.For(t, "the notices kept", func() bool { return len(g.notices()) == 1+maxNoticesDue })
+	got := g.notices()
+	if got[0].id != "first" || got[1].id != fmt.Sprintf("c%d", extra) || got[len(got)-1].id != fmt.Sprintf("c%d", maxNoticesDue+extra-1) {
+		t.Errorf("kept %s, %s … %s; want first, c%d … c%d", got[0].id, got[1].id, got[len(got)-1].id, extra, maxNoticesDue+extra-1)
 	}
 }

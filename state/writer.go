@@ -103,7 +103,7 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 	logDrop := len(dropped) > 0 && !s.dropping
 	s.dropping = s.dropping || len(dropped) > 0
 	s.mu.Unlock()
-	s.tells.push(told...)
+	s.passOn(told...)
 
 	s.met.writes.WithLabelValues(writeQueued).Add(float64(len(items)))
 	s.met.queueDepth.Set(float64(n))
@@ -213,7 +213,7 @@ func (s *Store) setDown(err error) {
 		told = s.releaseNoticesLocked()
 	}
 	s.mu.Unlock()
-	s.tells.push(told...)
+	s.passOn(told...)
 	if wasUp {
 		s.met.redisUp.Set(0)
 		s.log.Warn("redis unreachable; serving from memory and queuing writes", "err", err)
@@ -419,7 +419,7 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	}
 	s.broadcastLocked()
 	s.mu.Unlock()
-	s.tells.push(told...)
+	s.passOn(told...)
 
 	s.met.queueDepth.Set(float64(n))
 	s.met.queueBytes.Set(float64(bytes))
