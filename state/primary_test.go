@@ -24,16 +24,8 @@ import (
 // read before the move, is recorded: they wait until A has written back
 // what it holds.
 func TestAThreadIsNotReadFromANewPrimaryThatLacksItsLastWrite(t *testing.T) {
-	old, promoted := redistest.Start(t), redistest.Start(t)
+	old, promoted, oc, pc := replicaPair(t)
 	ctx := context.Background()
-	oc, pc := rawClient(t, old), rawClient(t, promoted)
-	host, port, _ := strings.Cut(old.Addr(), ":")
-	if err := oc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := pc.ReplicaOf(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
 	link := old.Link(t)
 	// Beats an hour apart: only the connections can notice the new primary.
 	opt := Options{RedisURL: link.URL(), heartbeat: time.Hour}
@@ -49,12 +41,7 @@ func TestAThreadIsNotReadFromANewPrimaryThatLacksItsLastWrite(t *testing.T) {
 	if _, err := b.ReadThread(ctx, th, nil); err != nil { // B holds the pending copy
 		t.Fatal(err)
 	}
-	await.For(t, "the replica to have every write so far", func() bool {
-		return replOffset(t, oc, "master_repl_offset") <= replOffset(t, pc, "slave_repl_offset")
-	})
-	if err := pc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	promote(t, oc, pc)
 
 	// On the old primary only: the call answered, the thread with nothing pending.
 	v, err := a.ReadThread(ctx, th, []string{"c1"})
@@ -108,6 +95,36 @@ func TestAThreadIsNotReadFromANewPrimaryThatLacksItsLastWrite(t *testing.T) {
 	}
 }
 
+// replicaPair starts a Redis and a replica of it, as Sentinel watches
+// them, with a client of each.
+func replicaPair(t *testing.T) (old, promoted *redistest.Server, oc, pc *redis.Client) {
+	t.Helper()
+	old, promoted = redistest.Start(t), redistest.Start(t)
+	oc, pc = rawClient(t, old), rawClient(t, promoted)
+	ctx := context.Background()
+	host, port, _ := strings.Cut(old.Addr(), ":")
+	if err := oc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := pc.ReplicaOf(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return old, promoted, oc, pc
+}
+
+// promote waits until the replica (pc) has every write its primary (oc)
+// took so far, then promotes it (REPLICAOF NO ONE), as Sentinel does; the
+// old primary goes on taking writes.
+func promote(t *testing.T, oc, pc *redis.Client) {
+	t.Helper()
+	await.For(t, "the replica to have every write so far", func() bool {
+		return replOffset(t, oc, "master_repl_offset") <= replOffset(t, pc, "slave_repl_offset")
+	})
+	if err := pc.ReplicaOf(context.Background(), "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // replOffset reads a replication offset (field of INFO replication).
 func replOffset(t *testing.T, c *redis.Client, field string) int64 {
 	t.Helper()
@@ -158,16 +175,8 @@ func (h *holdWrite) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // write-back would skip the call (the new primary has the version it knew)
 // and the new primary would keep the call executing for good.
 func TestAWriteTheOldPrimaryAcknowledgedJustBeforeAFailoverIsWrittenBack(t *testing.T) {
-	old, promoted := redistest.Start(t), redistest.Start(t)
+	old, promoted, oc, pc := replicaPair(t)
 	ctx := context.Background()
-	oc, pc := rawClient(t, old), rawClient(t, promoted)
-	host, port, _ := strings.Cut(old.Addr(), ":")
-	if err := oc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := pc.ReplicaOf(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
 	link := old.Link(t)
 	hold := &holdWrite{sha: redis.NewScript(writeScriptSrc).Hash(), replied: make(chan struct{}), release: make(chan struct{})}
 	a := openStore(t, Options{RedisURL: link.URL(), heartbeat: time.Hour, Hooks: []redis.Hook{hold}})
@@ -178,12 +187,7 @@ func TestAWriteTheOldPrimaryAcknowledgedJustBeforeAFailoverIsWrittenBack(t *test
 	if err := a.PutCallsSync(ctx, []*ToolCall{c}, &Thread{ID: th, LastRunID: "r1", PendingCalls: []string{"c1"}}); err != nil {
 		t.Fatal(err)
 	}
-	await.For(t, "the replica to have every write so far", func() bool {
-		return replOffset(t, oc, "master_repl_offset") <= replOffset(t, pc, "slave_repl_offset")
-	})
-	if err := pc.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
-		t.Fatal(err)
-	}
+	promote(t, oc, pc)
 
 	hold.armed.Store(true)
 	answered := make(chan error, 1)
