@@ -43,6 +43,7 @@ type tellQueue struct {
 	bytes    int64 // estimated bytes of due's records
 	dropping bool  // a drop was logged since the queue was last empty
 	closing  bool
+	closed   bool          // the goroutine has exited: notices go to their Notifier at once
 	wake     chan struct{} // cap 1
 	done     chan struct{} // closed when the goroutine has passed everything on and exited
 }
@@ -87,6 +88,13 @@ func (s *Store) passOn(ns ...notice) {
 	}
 	q := &s.tells
 	q.mu.Lock()
+	if q.closed { // after Close: the Notifier counts what comes late
+		q.mu.Unlock()
+		for _, nt := range ns {
+			nt.to.Notify(nt.n, nt.c)
+		}
+		return
+	}
 	for _, nt := range ns {
 		q.due = append(q.due, nt)
 		q.bytes += nt.c.size()
@@ -118,17 +126,19 @@ func (q *tellQueue) run() {
 	defer close(q.done)
 	for {
 		q.mu.Lock()
-		due, closing := q.due, q.closing
+		due := q.due
 		q.due, q.bytes = nil, 0
 		if len(due) == 0 {
 			q.dropping = false
+			if q.closing {
+				q.closed = true
+				q.mu.Unlock()
+				return
+			}
 		}
 		q.mu.Unlock()
 		for _, nt := range due {
 			nt.to.Notify(nt.n, nt.c)
-		}
-		if len(due) == 0 && closing {
-			return
 		}
 		if len(due) == 0 {
 			<-q.wake

@@ -149,7 +149,8 @@ func TestANoticeIsNotHeldBackByRedisFailing(t *testing.T) {
 }
 
 // TestCloseTellsOfWhatItFlushes: Close writes what gathers, and the
-// notices waiting on it have been passed on when Close returns.
+// notices waiting on it have been passed on when Close returns; one told
+// after Close goes to its Notifier at once.
 func TestCloseTellsOfWhatItFlushes(t *testing.T) {
 	srv := redistest.Start(t)
 	s, err := Open(context.Background(), Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
@@ -167,6 +168,10 @@ func TestCloseTellsOfWhatItFlushes(t *testing.T) {
 	}
 	if got := w.notices(); len(got) != 1 || got[0].inRedis != string(StatusExecuting) {
 		t.Errorf("after Close: %+v, want the notice, its record in Redis", got)
+	}
+	s.Tell(w, CallEnded, c) // late: straight to the Notifier, which counts it
+	if got := w.notices(); len(got) != 2 {
+		t.Errorf("a notice told after Close: %d notices, want 2", len(got))
 	}
 }
 
