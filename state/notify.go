@@ -42,3 +42,18 @@ func (n Notice) String() string {
 type Notifier interface {
 	Notify(n Notice, c *ToolCall)
 }
+
+// Notification is one notice about a record, as a BatchNotifier takes it.
+type Notification struct {
+	Notice Notice
+	Call   *ToolCall
+}
+
+// BatchNotifier is a Notifier that also takes several notices at once, in
+// order: Store.Tell hands it together the notices that one acknowledgement
+// of Redis released (package webhook queues them in one round trip).
+// NotifyAll follows Notify's rules for each.
+type BatchNotifier interface {
+	Notifier
+	NotifyAll(ns []Notification)
+}

@@ -1,6 +1,9 @@
 package state
 
-import "sync"
+import (
+	"reflect"
+	"sync"
+)
 
 // Notices after writes. A webhook names a record that its receiver may
 // read from any replica, so it must not leave before the record's write
@@ -90,9 +93,7 @@ func (s *Store) passOn(ns ...notice) {
 	q.mu.Lock()
 	if q.closed { // after Close: the Notifier counts what comes late
 		q.mu.Unlock()
-		for _, nt := range ns {
-			nt.to.Notify(nt.n, nt.c)
-		}
+		handOnAll(ns)
 		return
 	}
 	for _, nt := range ns {
@@ -137,12 +138,49 @@ func (q *tellQueue) run() {
 			}
 		}
 		q.mu.Unlock()
-		for _, nt := range due {
-			nt.to.Notify(nt.n, nt.c)
-		}
+		handOnAll(due)
 		if len(due) == 0 {
 			<-q.wake
 		}
+	}
+}
+
+// handOnAll passes notices on in order, those in a row for one
+// BatchNotifier together.
+func handOnAll(ns []notice) {
+	for len(ns) > 0 {
+		k := sameNotifier(ns)
+		handOn(ns[:k])
+		ns = ns[k:]
+	}
+}
+
+// sameNotifier is how many notices at the front of due go to the same
+// BatchNotifier (1 if the first goes to another kind of Notifier).
+func sameNotifier(due []notice) int {
+	to := due[0].to
+	if _, ok := to.(BatchNotifier); !ok || !reflect.TypeOf(to).Comparable() {
+		return 1
+	}
+	k := 1
+	for k < len(due) && due[k].to == to {
+		k++
+	}
+	return k
+}
+
+// handOn passes notices for one Notifier on: at once to a BatchNotifier.
+func handOn(ns []notice) {
+	if b, ok := ns[0].to.(BatchNotifier); ok && len(ns) > 1 {
+		all := make([]Notification, len(ns))
+		for i, nt := range ns {
+			all[i] = Notification{nt.n, nt.c}
+		}
+		b.NotifyAll(all)
+		return
+	}
+	for _, nt := range ns {
+		nt.to.Notify(nt.n, nt.c)
 	}
 }
 

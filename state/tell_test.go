@@ -209,3 +209,47 @@ func TestNoticesWaitingForASlowNotifierAreBounded(t *testing.T) {
 		t.Errorf("kept %s, %s … %s; want first, c%d … c%d", got[0].id, got[1].id, got[len(got)-1].id, extra, maxNoticesDue+extra-1)
 	}
 }
+
+// batchTold is a told that also takes notices together, and records how
+// many came in each hand-over.
+type batchTold struct {
+	told
+	batches []int // guarded by told.mu
+}
+
+func (b *batchTold) NotifyAll(ns []Notification) {
+	b.mu.Lock()
+	b.batches = append(b.batches, len(ns))
+	b.mu.Unlock()
+	for _, x := range ns {
+		b.told.Notify(x.Notice, x.Call)
+	}
+}
+
+// TestABatchNotifierTakesWhatOneWriteReleasedTogether: the notices one
+// acknowledgement releases reach a BatchNotifier in one NotifyAll, in order.
+func TestABatchNotifierTakesWhatOneWriteReleasedTogether(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openRedisStore(t, srv, Options{WriteDelay: time.Hour})
+	b := &batchTold{}
+	for _, id := range []string{"c1", "c2", "c3"} {
+		c := newCall(id, "batch-1", StatusExecuting, t0)
+		if err := s.Record([]*ToolCall{c}, nil); err != nil {
+			t.Fatal(err)
+		}
+		s.Tell(b, CallStarted, c)
+	}
+	s.rushWriter()
+	await.For(t, "three notices", func() bool { return len(b.notices()) == 3 })
+	b.mu.Lock()
+	batches := b.batches
+	b.mu.Unlock()
+	if len(batches) != 1 || batches[0] != 3 {
+		t.Errorf("hand-overs %v, want one of 3", batches)
+	}
+	for i, got := range b.notices() {
+		if want := fmt.Sprintf("c%d", i+1); got.id != want {
+			t.Errorf("notice %d about %s, want %s", i, got.id, want)
+		}
+	}
+}

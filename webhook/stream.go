@@ -92,30 +92,58 @@ func newConsumerID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// streamEnqueue queues d in t's stream. It reports false when Redis did not
-// take it (the caller queues it in memory).
-func (n *Notifier) streamEnqueue(t *target, d *delivery) bool {
+// streamEnqueue queues ds in t's stream, in one round trip, and returns
+// those Redis did not take (the caller queues them in memory).
+func (n *Notifier) streamEnqueue(t *target, ds []delivery) (left []delivery) {
 	if time.Now().UnixNano() < n.redisSkipUntil.Load() {
-		return false
+		return ds
 	}
 	ctx, cancel := context.WithTimeout(n.stopCtx, redisNotifyTimeout)
 	defer cancel()
-	dropped, err := streamAdd.Run(ctx, n.rdb, t.keys, d.id, d.event, d.body, t.size, t.bytes).Int()
-	if err != nil {
+	run := func(load bool) ([]*redis.Cmd, error) {
+		cmds := make([]*redis.Cmd, len(ds))
+		_, err := n.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, d := range ds {
+				args := []any{d.id, d.event, d.body, t.size, t.bytes}
+				if load {
+					cmds[i] = streamAdd.Eval(ctx, p, t.keys, args...)
+				} else {
+					cmds[i] = streamAdd.EvalSha(ctx, p, t.keys, args...)
+				}
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run(false)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmds, err = run(true)
+	}
+	var failed error
+	for i, cmd := range cmds {
+		dropped, err := cmd.Int()
+		if err != nil {
+			left, failed = append(left, ds[i]), err
+			continue
+		}
+		switch {
+		case dropped < 0:
+			dropped = 1
+			fallthrough
+		case dropped > 0:
+			n.m.deliveries.WithLabelValues(deliveryDropped).Add(float64(dropped))
+			n.log.Warn("webhook: queue full; dropped the oldest deliveries", "url", t.label,
+				"queue_size", t.size, "queue_bytes", t.bytes, "body_bytes", len(ds[i].body), "dropped", dropped)
+		}
+	}
+	if failed == nil && err != nil {
+		left, failed = ds, err
+	}
+	if failed != nil {
 		n.redisSkipUntil.Store(time.Now().Add(redisSkip).UnixNano())
-		n.log.Warn("webhook: redis did not take a delivery; queued in memory", "url", t.label, "err", err)
-		return false
+		n.log.Warn("webhook: redis did not take deliveries; queued in memory", "url", t.label, "deliveries", len(left), "err", failed)
 	}
-	switch {
-	case dropped < 0:
-		dropped = 1
-		fallthrough
-	case dropped > 0:
-		n.m.deliveries.WithLabelValues(deliveryDropped).Add(float64(dropped))
-		n.log.Warn("webhook: queue full; dropped the oldest deliveries", "url", t.label,
-			"queue_size", t.size, "queue_bytes", t.bytes, "body_bytes", len(d.body), "dropped", dropped)
-	}
-	return true
+	return left
 }
 
 // runStream is t's stream goroutine: it delivers what the group hands this

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,5 +142,64 @@ func TestTheByteBudgetBoundsTheStreamAcrossReplicas(t *testing.T) {
 	dropped := metric(t, regs[0], "aguard_webhook_deliveries_total", "dropped") + metric(t, regs[1], "aguard_webhook_deliveries_total", "dropped")
 	if n != 2 || dropped != 8 {
 		t.Errorf("the stream holds %d deliveries with %v dropped, want 2 and 8", n, dropped)
+	}
+}
+
+// pipelines counts the round trips that add to a webhook stream.
+type pipelines struct{ n atomic.Int64 }
+
+func (h *pipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *pipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *pipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && strings.HasPrefix(cmds[0].Name(), "eval") {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestEventsNotifiedTogetherGoToRedisInOneRoundTrip: NotifyAll's events go
+// to the URL's stream in one round trip, keep their order, and are each
+// delivered once.
+func TestEventsNotifiedTogetherGoToRedisInOneRoundTrip(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := redisClient(t, srv)
+	rc := newReceiver(t, nil)
+	opt := testOptions(prometheus.NewRegistry())
+	opt.URLs, opt.Redis = []string{rc.srv.URL}, rdb
+	n := startNotifier(t, opt)
+	// Redis learns the script first (a fresh one answers NOSCRIPT).
+	n.Notify(state.CallStarted, testCall("c0"))
+	rc.waitRequests(t, 1)
+	rt := &pipelines{}
+	rdb.AddHook(rt)
+	var all []state.Notification
+	for _, id := range []string{"c1", "c2", "c3"} {
+		all = append(all, state.Notification{Notice: state.CallStarted, Call: testCall(id)})
+	}
+	n.NotifyAll(all)
+	if got := rt.n.Load(); got != 1 {
+		t.Errorf("three events took %d round trips to Redis, want 1", got)
+	}
+	got := rc.waitRequests(t, 4)
+	seen := map[string]int{}
+	for _, r := range got {
+		seen[r.delivery]++
+		if seen[r.delivery] > 1 {
+			t.Errorf("delivery %s arrived twice", r.delivery)
+		}
+	}
+	for i, id := range []string{"c1", "c2", "c3"} {
+		if !strings.Contains(string(got[1+i].body), `"id":"`+id+`"`) {
+			t.Errorf("delivery %d: %s, want the event about %s", 2+i, got[1+i].body, id)
+		}
+	}
+	entries, err := rdb.XRange(context.Background(), streamKeys(rc.srv.URL)[0], "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 0 {
+		t.Errorf("%d deliveries left in the stream after delivery", len(entries))
 	}
 }

@@ -348,32 +348,50 @@ func newClient(timeout time.Duration) *http.Client {
 // the Logger and sent nowhere. After Close, events are counted as dropped.
 // Notify makes *Notifier a state.Notifier.
 func (n *Notifier) Notify(notice state.Notice, call *state.ToolCall) {
+	n.NotifyAll([]state.Notification{{Notice: notice, Call: call}})
+}
+
+var _ state.BatchNotifier = (*Notifier)(nil)
+
+// NotifyAll is Notify for several notices, in order; with Redis, each URL's
+// events go to its stream in one round trip. NotifyAll makes *Notifier a
+// state.BatchNotifier.
+func (n *Notifier) NotifyAll(ns []state.Notification) {
 	if len(n.targets) == 0 {
 		return
 	}
-	eventType, ok := EventType(notice)
-	if !ok {
-		n.log.Error("webhook: a notice without an event type; event not sent", "notice", int(notice))
+	ds := make([]delivery, 0, len(ns))
+	for _, x := range ns {
+		eventType, ok := EventType(x.Notice)
+		if !ok {
+			n.log.Error("webhook: a notice without an event type; event not sent", "notice", int(x.Notice))
+			continue
+		}
+		if x.Call == nil {
+			n.log.Error("webhook: nil tool call; event not sent", "type", eventType)
+			continue
+		}
+		if n.closing.Load() {
+			n.dropLate(eventType, len(n.targets))
+			continue
+		}
+		body, err := n.encode(eventType, x.Call)
+		if err != nil {
+			n.log.Error("webhook: event not sent", "type", eventType, "err", err)
+			continue
+		}
+		ds = append(ds, delivery{id: newMessageID(), event: eventType, body: body})
+	}
+	if len(ds) == 0 {
 		return
 	}
-	if call == nil {
-		n.log.Error("webhook: nil tool call; event not sent", "type", eventType)
-		return
-	}
-	if n.closing.Load() {
-		n.dropLate(eventType, len(n.targets))
-		return
-	}
-	body, err := n.encode(eventType, call)
-	if err != nil {
-		n.log.Error("webhook: event not sent", "type", eventType, "err", err)
-		return
-	}
-	id := newMessageID()
 	for _, t := range n.targets {
-		d := &delivery{id: id, event: eventType, body: body}
-		if n.rdb == nil || !n.streamEnqueue(t, d) {
-			n.enqueue(t, d)
+		left := ds
+		if n.rdb != nil {
+			left = n.streamEnqueue(t, ds)
+		}
+		for _, d := range left {
+			n.enqueue(t, &d) // a copy per URL: each queue owns its deliveries
 		}
 	}
 }

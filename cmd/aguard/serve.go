@@ -321,8 +321,8 @@ func writeDelay(d time.Duration) time.Duration {
 }
 
 // notifier is hooks as the proxy takes it: nil without webhook URLs, so
-// that the ledger does not send writes early (state.Store.Send) for
-// webhooks no one receives.
+// that the ledger keeps no notices (state.Store.Tell) for webhooks no one
+// receives.
 func notifier(hooks *webhook.Notifier, urls []string) state.Notifier {
 	if len(urls) == 0 {
 		return nil
