@@ -13,7 +13,11 @@
 #   MODE=tools REDIS=1 bash bench/pair.sh main .
 #
 # MODE: paced, unpaced or tools, as bench/ab.sh. REDIS=1 gives each aguard
-# the ledger in Redis (one throwaway redis-server, a database each). Every
+# the ledger in Redis (one throwaway redis-server, a database each).
+# WEBHOOK=1 gives each a --webhook to agentsim's receiver (POST /hook, 204),
+# its deliveries queued in that Redis with REDIS=1:
+#
+#   MODE=tools REDIS=1 WEBHOOK=1 bash bench/pair.sh main . Every
 # process started here listens on 127.0.0.1 and is stopped on exit. Writes a
 # Markdown table to stdout.
 set -euo pipefail
@@ -51,6 +55,7 @@ for i in 0 1; do
 	name=$(refname "${REFS[$i]}") port=$((BASE_PORT + 2 + i))
 	args=()
 	[[ -z ${REDIS:-} ]] || args=(--redis "redis://127.0.0.1:$redis_port/$i")
+	[[ -z ${WEBHOOK:-} ]] || args+=(--webhook "http://127.0.0.1:$SIM_PORT/hook")
 	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
 		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${args[@]}" >"$WORK/aguard-$i.log" 2>&1 &
 	PIDS+=($!) TPIDS+=($!) PORTS+=("$port") NAMES+=("${REFS[$i]}")
@@ -80,4 +85,4 @@ for round in $(seq "$ROUNDS"); do
 	echo "| $round | $ca | $pa | $cb | $pb | $(awk -v a="$ca" -v b="$cb" 'BEGIN { printf "%.3f", b / a }') |"
 done
 echo
-echo "($MODE${REDIS:+ with --redis}, both at once: $QUERY ${LOAD[*]} each, ${WINDOW}s windows; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "($MODE${REDIS:+ with --redis}${WEBHOOK:+ and --webhook}, both at once: $QUERY ${LOAD[*]} each, ${WINDOW}s windows; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"

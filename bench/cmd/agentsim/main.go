@@ -5,9 +5,11 @@
 // with "t=<send time in Unix nanoseconds>;", optional tool calls, and
 // RUN_FINISHED with the frontend calls left pending. The flags set the
 // default shape; a request may override each with a query parameter of the
-// same name (events, rate, delta, tools, args, frontend, idle). GET /stats
-// answers {"connections":N,"runs":M}: the connections accepted and the runs
-// served since the start, for counting what a run costs.
+// same name (events, rate, delta, tools, args, frontend, idle). POST /hook
+// is a webhook receiver: it reads the body and answers 204. GET /stats
+// answers {"connections":N,"runs":M,"webhooks":W}: the connections
+// accepted, the runs served and the webhooks received since the start, for
+// counting what a run costs.
 //
 //	agentsim -listen 127.0.0.1:18401 -events 1000 -rate 20
 //	agentsim -print -tools 2 -args 1024 -frontend   # write one run to stdout
@@ -21,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -64,12 +67,17 @@ func main() {
 	if err != nil {
 		log.Fatalf("agentsim: %v", err)
 	}
-	var conns, runs atomic.Int64
+	var conns, runs, hooks atomic.Int64
 	runsHandler := sim.Handler(cfg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintf(w, `{"connections":%d,"runs":%d}`+"\n", conns.Load(), runs.Load())
+		fmt.Fprintf(w, `{"connections":%d,"runs":%d,"webhooks":%d}`+"\n", conns.Load(), runs.Load(), hooks.Load())
+	})
+	mux.HandleFunc("POST /hook", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		hooks.Add(1)
+		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
