@@ -69,17 +69,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 // TestHeartbeatInSilence pins the ": ping" comment while the agent is silent.
 func TestHeartbeatInSilence(t *testing.T) {
 	release := make(chan struct{})
-	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		io.WriteString(w, frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`))
-	}, func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
+	h := newHarness(t, waitingAgent(release), func(o *Options) { o.Heartbeat = 20 * time.Millisecond })
 	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
 	defer resp.Body.Close()
 	r := bufio.NewReader(resp.Body)

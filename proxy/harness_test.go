@@ -141,6 +141,23 @@ func sseAgent(chunks ...string) http.HandlerFunc {
 
 func frame(json string) string { return "data: " + json + "\n\n" }
 
+// waitingAgent starts run r of thread t, then waits: it finishes the run
+// once release is closed, and returns if the request ends first.
+func waitingAgent(release <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`))
+	}
+}
+
 // field returns a top-level string field of an event.
 func field(t *testing.T, event, name string) string {
 	t.Helper()

@@ -49,16 +49,7 @@ func serverWorkers(t *testing.T) int {
 func TestABurstOfStreamsLeavesNoIdleWorkersBehind(t *testing.T) {
 	const burst = 64
 	release := make(chan struct{})
-	h := newHarness(t, func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		io.WriteString(w, frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
-		w.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-		}
-	})
+	h := newHarness(t, waitingAgent(release))
 	before := serverWorkers(t)
 
 	// All requests in flight at once: each waits at the start line until
