@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // dashboardFile is the Grafana dashboard shipped in deploy/.
@@ -93,8 +95,15 @@ func TestDashboardQueriesNameExportedMetrics(t *testing.T) {
 	dir := writeTree(t, map[string]string{"policy.rego": tracedPolicy})
 	a := startJSONAguard(t, bin, "--upstream", agent.URL, "--policy", dir)
 	consumerRun(t, a.listen, "held-d", "", "", false)
-	_, body := get(t, "http://"+a.admin+"/metrics")
-	fams := exportedFamilies(body)
+	// The consumer may read the run's last event before the proxy counts
+	// the stream's end: wait for the count.
+	var fams map[string]string
+	await.For(t, "aguard_streams_ended_total on /metrics", func() bool {
+		_, body := get(t, "http://"+a.admin+"/metrics")
+		fams = exportedFamilies(body)
+		_, ok := fams["aguard_streams_ended_total"]
+		return ok
+	})
 	dash, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
