@@ -15,6 +15,7 @@ import (
 	"github.com/aguard/aguard/config"
 	"github.com/aguard/aguard/internal/logging"
 	"github.com/aguard/aguard/internal/memtidy"
+	"github.com/aguard/aguard/internal/procs"
 	"github.com/aguard/aguard/internal/tracing"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
@@ -64,6 +65,8 @@ type running struct {
 	// tidy returns memory to the system when aguard goes quiet after a
 	// burst (idle streams hold less).
 	tidy *memtidy.Tidy
+	// procs fits GOMAXPROCS to the load (nil when GOMAXPROCS is set).
+	procs *procs.Governor
 }
 
 // closeRedis closes c, if any.
@@ -213,6 +216,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "",
 		"auth", authSource(cfg), "reviewers", reviewers.Len(), "traces", tracesTo)
 	r.tidy = memtidy.Start(memtidy.Options{Logger: log})
+	r.procs = procs.Start(procs.Options{Logger: log})
 	started = true
 	return r, nil
 }
@@ -248,6 +252,7 @@ func (r *running) shutdown(timeout time.Duration) error {
 	defer acancel()
 	r.admin.Shutdown(actx)
 	r.tidy.Stop()
+	r.procs.Stop()
 	r.log.Info("stopped")
 	return err
 }

@@ -1,6 +1,6 @@
 // Command aguardprof runs aguard's data plane in-process, built as aguard
 // serve builds it (proxy.New with the built-in default policy, Prometheus
-// metrics, a JSON logger), with runtime/pprof profiles: aguard itself has no
+// metrics, a JSON logger, GOMAXPROCS fitted to the load), with runtime/pprof profiles: aguard itself has no
 // pprof endpoint. bench/profile.sh drives it with agentsim and loadgen.
 //
 //	aguardprof -upstream http://127.0.0.1:18401 -listen 127.0.0.1:18403 -cpuprofile cpu.pprof
@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aguard/aguard/internal/procs"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
 	"github.com/aguard/aguard/state"
@@ -65,6 +66,8 @@ func main() {
 		logw = f
 	}
 	logger := slog.New(slog.NewJSONHandler(logw, nil))
+	// GOMAXPROCS fitted to the load, as aguard serve does.
+	defer procs.Start(procs.Options{Logger: logger}).Stop()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

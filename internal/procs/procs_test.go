@@ -1,0 +1,124 @@
+package procs
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aguard/aguard/internal/await"
+)
+
+// testFit is a fit over a window of four intervals with the default
+// thresholds, for a machine of most processors.
+func testFit(most int) *fit {
+	return newFit(Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt}, most)
+}
+
+func TestALoadWellWithinOneCPUGetsOneProcessorAfterAWindow(t *testing.T) {
+	f := testFit(4)
+	for i, busy := range []float64{0.2, 0.3, 0.1} {
+		if got := f.next(4, busy); got != 4 {
+			t.Fatalf("interval %d: %d processors before a whole window was seen, want 4", i, got)
+		}
+	}
+	if got := f.next(4, 0.2); got != 1 {
+		t.Fatalf("after a window busy 0.1-0.3 CPUs: %d processors, want 1", got)
+	}
+}
+
+func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
+	f := testFit(8)
+	got := 8
+	for _, busy := range []float64{0.3, 0.9, 0.4, 0.2} {
+		got = f.next(got, busy)
+	}
+	// 0.9 CPUs at 0.35 a processor: 3 processors.
+	if got != 3 {
+		t.Fatalf("peak 0.9 CPUs over the window: %d processors, want 3", got)
+	}
+	// A window busy by as much keeps them: the window starts again after a change.
+	for i, busy := range []float64{0.9, 0.9, 0.9, 0.9} {
+		if got = f.next(got, busy); got != 3 {
+			t.Fatalf("interval %d at 0.9 CPUs with 3 processors: %d, want 3", i, got)
+		}
+	}
+}
+
+func TestABusyIntervalDoublesTheProcessorsAtOnceUpToTheMost(t *testing.T) {
+	f := testFit(4)
+	if got := f.next(1, 0.49); got != 1 {
+		t.Fatalf("one processor busy 0.49 CPUs: %d processors, want 1", got)
+	}
+	if got := f.next(1, 0.5); got != 2 {
+		t.Fatalf("one processor busy 0.5 CPUs: %d processors, want 2", got)
+	}
+	if got := f.next(2, 1.0); got != 4 {
+		t.Fatalf("two processors busy 1 CPU: %d processors, want 4", got)
+	}
+	if got := f.next(4, 4.0); got != 4 {
+		t.Fatalf("the most processors, all busy: %d, want 4 (the most)", got)
+	}
+}
+
+func TestARaiseStartsTheWindowAgain(t *testing.T) {
+	f := testFit(2)
+	for range 4 {
+		f.next(2, 0.1)
+	}
+	// Lowered to 1, raised by a burst, then quiet: the burst's interval is
+	// not forgotten until a whole window has passed after it.
+	if got := f.next(1, 0.8); got != 2 {
+		t.Fatalf("a burst at one processor: %d processors, want 2", got)
+	}
+	for i := range 3 {
+		if got := f.next(2, 0.1); got != 2 {
+			t.Fatalf("interval %d after the burst: %d processors, want 2 until a window has passed", i, got)
+		}
+	}
+	if got := f.next(2, 0.1); got != 1 {
+		t.Fatalf("a quiet window after the burst: %d processors, want 1", got)
+	}
+}
+
+func TestTheGovernorStaysOffWhenGOMAXPROCSIsSet(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "2")
+	if g := Start(Options{}); g != nil {
+		g.Stop()
+		t.Fatal("a Governor started although GOMAXPROCS is set in the environment")
+	}
+}
+
+// TestTheGovernorFollowsTheProcessesCPUTime runs a real Governor with short
+// intervals: a quiet process comes down to one processor, and goroutines
+// that keep two CPUs busy bring back the runtime's default.
+func TestTheGovernorFollowsTheProcessesCPUTime(t *testing.T) {
+	most := runtime.GOMAXPROCS(0)
+	if most < 2 {
+		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
+	}
+	g := Start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond})
+	if g == nil {
+		t.Fatal("no Governor started")
+	}
+	t.Cleanup(g.Stop)
+	await.For(t, "GOMAXPROCS 1 while the process is quiet", func() bool { return runtime.GOMAXPROCS(0) == 1 })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var burners sync.WaitGroup
+	for range 2 {
+		burners.Go(func() {
+			for ctx.Err() == nil {
+			}
+		})
+	}
+	await.For(t, "GOMAXPROCS back to the default under load", func() bool { return runtime.GOMAXPROCS(0) == most })
+	cancel()
+	burners.Wait()
+
+	g.Stop()
+	if got := runtime.GOMAXPROCS(0); got != most {
+		t.Fatalf("GOMAXPROCS %d after Stop, want the default %d", got, most)
+	}
+}
