@@ -35,12 +35,14 @@ refname() {
 	if [[ $1 == . ]]; then echo worktree; else echo "${1//\//_}"; fi
 }
 # build_refs REF...: agentsim and loadgen from the working tree, and one
-# aguard per REF (a git ref, or "." for the working tree), into $WORK.
+# aguard per REF (a git ref, or "." for the working tree; "nginx" is
+# skipped), into $WORK.
 build_refs() {
 	local ref name
 	log "building agentsim and loadgen from the working tree"
 	(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
 	for ref in "$@"; do
+		[[ $ref != nginx ]] || continue
 		name=$(refname "$ref")
 		if [[ $ref == . ]]; then
 			(cd "$ROOT" && go build -o "$WORK/aguard-$name" ./cmd/aguard)

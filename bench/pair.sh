@@ -10,6 +10,11 @@
 # Run it twice with the refs swapped to see that the ports and the Redis
 # databases do not favour one.
 #
+# A REF of "nginx" runs nginx (the SSE configuration of bench/run.sh)
+# instead of an aguard build: `bench/pair.sh nginx .` gives aguard's
+# ratio to nginx with the host's drift on both alike (REDIS and WEBHOOK
+# then apply to the aguard only).
+#
 #   MODE=tools REDIS=1 bash bench/pair.sh main .
 #
 # MODE: paced, unpaced or tools, as bench/ab.sh. REDIS=1 gives each aguard
@@ -53,6 +58,13 @@ fi
 TPIDS=() PORTS=() NAMES=()
 for i in 0 1; do
 	name=$(refname "${REFS[$i]}") port=$((BASE_PORT + 2 + i))
+	if [[ ${REFS[$i]} == nginx ]]; then
+		mkdir -p "$WORK/nginx/tmp"
+		nginx_conf "$SIM_PORT" "$port" >"$WORK/nginx/nginx.conf"
+		nginx -p "$WORK/nginx/" -c nginx.conf -e error.log &
+		PIDS+=($!) TPIDS+=($!) PORTS+=("$port") NAMES+=(nginx)
+		continue
+	fi
 	args=()
 	[[ -z ${REDIS:-} ]] || args=(--redis "redis://127.0.0.1:$redis_port/$i")
 	[[ -z ${WEBHOOK:-} ]] || args+=(--webhook "http://127.0.0.1:$SIM_PORT/hook")
