@@ -116,14 +116,20 @@ func (g *Governor) run(ctx context.Context, opt Options, most int) {
 	defer tick.Stop()
 	f := newFit(opt, most)
 	procs := most
-	lastCPU, lastAt := cpuTime(), time.Now()
+	lastCPU, ok := cpuTime()
+	lastAt := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		now, cpu := time.Now(), cpuTime()
+		now := time.Now()
+		cpu, read := cpuTime()
+		if !ok || !read { // no figure for this interval: nothing changes
+			lastCPU, lastAt, ok = cpu, now, read
+			continue
+		}
 		busy := (cpu - lastCPU).Seconds() / now.Sub(lastAt).Seconds()
 		lastCPU, lastAt = cpu, now
 		next := f.next(procs, busy)
@@ -144,13 +150,14 @@ func (g *Governor) run(ctx context.Context, opt Options, most int) {
 	}
 }
 
-// cpuTime is the user and system CPU time the process has used.
-func cpuTime() time.Duration {
+// cpuTime is the user and system CPU time the process has used, and
+// whether it could be read.
+func cpuTime() (time.Duration, bool) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return 0, false
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
 // fit decides, from the CPUs busy over each interval, how many processors
