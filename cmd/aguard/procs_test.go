@@ -26,11 +26,6 @@ func TestServeRunsOnOneProcessorWhileQuiet(t *testing.T) {
 		t.Fatalf("%s is %v at the start, want the runtime's default", series, got)
 	}
 	// Scraping /metrics costs CPU: a look every 200 ms leaves aguard quiet.
-	deadline := time.Now().Add(await.Default)
-	for metric(t, a.admin, series) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is not 1 after %s of a quiet aguard", series, await.Default)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	await.Every(t, 200*time.Millisecond, await.Default, series+" 1 while aguard is quiet",
+		func() bool { return metric(t, a.admin, series) == 1 })
 }

@@ -28,11 +28,19 @@ func For(t testing.TB, what string, cond func() bool) {
 // Within is For with its own limit d.
 func Within(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	Every(t, interval, d, what, cond)
+}
+
+// Every is Within looking at cond once every pause, for conditions whose
+// look costs the process under test (a scrape of its /metrics) enough to
+// disturb what is awaited.
+func Every(t testing.TB, pause, d time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(interval)
+		time.Sleep(pause)
 	}
 }
