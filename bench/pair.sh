@@ -59,6 +59,7 @@ TPIDS=() PORTS=() NAMES=()
 for i in 0 1; do
 	name=$(refname "${REFS[$i]}") port=$((BASE_PORT + 2 + i))
 	if [[ ${REFS[$i]} == nginx ]]; then
+		command -v nginx >/dev/null || die "nginx is not installed (apt-get install -y nginx-light)"
 		mkdir -p "$WORK/nginx/tmp"
 		nginx_conf "$SIM_PORT" "$port" >"$WORK/nginx/nginx.conf"
 		nginx -p "$WORK/nginx/" -c nginx.conf -e error.log &

@@ -1,7 +1,8 @@
 // Command aguardprof runs aguard's data plane in-process, built as aguard
 // serve builds it (proxy.New with the built-in default policy, Prometheus
-// metrics, a JSON logger, GOMAXPROCS fitted to the load), with runtime/pprof profiles: aguard itself has no
-// pprof endpoint. bench/profile.sh drives it with agentsim and loadgen.
+// metrics, a JSON logger, GOMAXPROCS fitted to the load), with
+// runtime/pprof profiles: aguard itself has no pprof endpoint.
+// bench/profile.sh drives it with agentsim and loadgen.
 //
 //	aguardprof -upstream http://127.0.0.1:18401 -listen 127.0.0.1:18403 -cpuprofile cpu.pprof
 //
