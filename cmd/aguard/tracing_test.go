@@ -15,6 +15,8 @@ import (
 	"time"
 
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/aguard/aguard/internal/await"
 )
 
 // tracedPolicy allows every call but two: drop_tables is denied, and
@@ -294,8 +296,15 @@ func TestServeTracesEachRunToAnOTLPCollector(t *testing.T) {
 		if r.want.run == "denied-1" && !strings.Contains(out, policyEnd.attrs["aguard.decision.id"].(string)) {
 			t.Errorf("denied: the consumer's RUN_ERROR does not name decision %v", policyEnd.attrs["aguard.decision.id"])
 		}
-		// The log lines of the run carry its trace.
-		lines := a.stderr()
+		// The log lines of the run carry its trace. The stream's last line
+		// is written before its server span ends, but reaches the lines
+		// kept here through the reader of aguard's stderr, which may not
+		// have read it yet when the span has arrived.
+		var lines []string
+		await.For(t, "the stream ended line of "+r.want.run, func() bool {
+			lines = a.stderr()
+			return logLineWith(lines, "stream ended", "runId", r.want.run) != nil
+		})
 		decision := logLineWith(lines, "policy decision", "toolCallId", "call-"+r.want.run, "phase", "tool_call_end")
 		if decision == nil || decision["trace_id"] != traceID || decision["span_id"] != policyEnd.spanID {
 			t.Errorf("%s: policy decision line %v, want trace_id %s span_id %s", r.want.run, decision, traceID, policyEnd.spanID)
