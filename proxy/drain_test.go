@@ -43,11 +43,12 @@ func TestDrain(t *testing.T) {
 	slow, slowFrames := open("slow")
 	defer slow.Body.Close()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
-	defer cancel()
+	// The drain timeout runs out once the quick stream has finished: a
+	// timeout of a fixed length could run out before, on a busy machine.
+	timeout := newDrainTimeout()
 	drained := make(chan error, 1)
-	go func() { drained <- h.p.Drain(ctx) }()
-	await.Within(t, time.Second, "draining to start", func() bool { ok, _ := h.p.Ready(); return !ok })
+	go func() { drained <- h.p.Drain(timeout) }()
+	await.For(t, "draining to start", func() bool { ok, _ := h.p.Ready(); return !ok })
 
 	resp := h.post(t, context.Background(), "/agent", runInput("t", "late"))
 	if e := decodeError(t, resp); resp.StatusCode != 503 || e.Error.Code != "shutting_down" {
@@ -59,6 +60,7 @@ func TestDrain(t *testing.T) {
 	if ev, err := quickFrames.next(); err != nil || field(t, ev, "type") != "RUN_FINISHED" {
 		t.Fatalf("quick stream: %q %v", ev, err)
 	}
+	timeout.runOut()
 	ev, err := slowFrames.next()
 	if err != nil || field(t, ev, "type") != "RUN_ERROR" || field(t, ev, "code") != "AGUARD_SHUTDOWN" {
 		t.Fatalf("slow stream: %q %v", ev, err)
@@ -68,6 +70,31 @@ func TestDrain(t *testing.T) {
 	}
 	if err := <-drained; !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Drain = %v, want the deadline error", err)
+	}
+}
+
+// drainTimeout is a drain's context whose timeout runs out when the test
+// says (runOut): Done closes and Err is context.DeadlineExceeded, as with
+// context.WithTimeout.
+type drainTimeout struct {
+	context.Context
+	done chan struct{}
+}
+
+func newDrainTimeout() *drainTimeout {
+	return &drainTimeout{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (d *drainTimeout) runOut() { close(d.done) }
+
+func (d *drainTimeout) Done() <-chan struct{} { return d.done }
+
+func (d *drainTimeout) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
 	}
 }
 
