@@ -197,7 +197,12 @@ func TestARestartWithoutPersistenceIsALoss(t *testing.T) {
 		return strings.Contains(reason, "redis lost data (restart)")
 	})
 	waitKeys(t, srv, ledgerKeys...)
-	if got := metricValue(t, s.met.dataLost.WithLabelValues("restart")); got != 1 {
+	// The goroutine whose connection met the restarted server counts the
+	// loss just after Ready can report it, and the monitor may write back
+	// meanwhile: wait for the count.
+	restarts := s.met.dataLost.WithLabelValues("restart")
+	await.For(t, "the loss to be counted", func() bool { return metricValue(t, restarts) >= 1 })
+	if got := metricValue(t, restarts); got != 1 {
 		t.Errorf("aguard_state_redis_data_lost_total{cause=restart} = %v, want 1", got)
 	}
 }
