@@ -16,6 +16,7 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -95,7 +96,16 @@ func Handler(def Config) http.Handler {
 		w.WriteHeader(http.StatusOK)
 		run := &runWriter{w: w, fl: fl, done: r.Context().Done()}
 		if cfg.Rate > 0 {
-			run.tick = time.NewTicker(time.Duration(float64(time.Second) / cfg.Rate))
+			period := time.Duration(float64(time.Second) / cfg.Rate)
+			// Each run ticks at a phase of its own. loadgen spreads the
+			// stream starts evenly over its ramp; when that spacing is a
+			// multiple of the period (200 streams over a 10 s ramp at 20
+			// events/s: one start per period), runs started at once would
+			// tick together, and every stream's event would reach the proxy
+			// in one burst per period instead of the steady load the rate
+			// describes.
+			run.Idle(rand.N(period))
+			run.tick = time.NewTicker(period)
 			defer run.tick.Stop()
 		}
 		Run(run, cfg, in.ThreadID, in.RunID)
