@@ -11,6 +11,10 @@
 // stack in use) to stderr: send it while idle streams are open to see what
 // one stream holds. Listens on loopback only.
 //
+// -trace FILE writes an execution trace (runtime/trace, read with go tool
+// trace) of -trace-for, starting -trace-after the start: which goroutines
+// ran when, and when the process had nothing to run.
+//
 // -ledger wires the tool-call ledger (state.Open, in-process LRU) into the
 // proxy as proxy.Options.State, as aguard serve always does, and -redis URL
 // puts it in front of that Redis, as aguard serve --redis does: the profile
@@ -30,6 +34,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -49,6 +54,9 @@ func main() {
 	logPath := flag.String("log", "", "JSON log file (default: discarded)")
 	ledger := flag.Bool("ledger", false, "keep the tool-call ledger (in-process LRU) in the proxy")
 	redisURL := flag.String("redis", "", "redis://127.0.0.1:PORT/DB: keep the ledger in front of this Redis (implies -ledger; loopback only)")
+	tracePath := flag.String("trace", "", "write an execution trace here (runtime/trace)")
+	traceAfter := flag.Duration("trace-after", 15*time.Second, "start the -trace this long after the start")
+	traceFor := flag.Duration("trace-for", 8*time.Second, "how long the -trace runs")
 	memRate := flag.Int("memprofilerate", runtime.MemProfileRate, "bytes per sampled allocation in the heap profile (1: every allocation, to count what one idle stream holds)")
 	flag.Parse()
 	runtime.MemProfileRate = *memRate
@@ -99,6 +107,13 @@ func main() {
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatalf("aguardprof: %v", err)
+	}
+	if *tracePath != "" {
+		f, err := os.Create(*tracePath)
+		if err != nil {
+			log.Fatalf("aguardprof: -trace: %v", err)
+		}
+		go traceWindow(f, *traceAfter, *traceFor)
 	}
 	if *cpuPath != "" {
 		f, err := os.Create(*cpuPath)
@@ -179,4 +194,18 @@ func snapshot(memPath string) {
 	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
 		log.Printf("aguardprof: goroutine dump: %v", err)
 	}
+}
+
+// traceWindow writes an execution trace of the window [after, after+d)
+// from now to f, and closes it.
+func traceWindow(f *os.File, after, d time.Duration) {
+	defer f.Close()
+	time.Sleep(after)
+	if err := trace.Start(f); err != nil {
+		log.Printf("aguardprof: -trace: %v", err)
+		return
+	}
+	time.Sleep(d)
+	trace.Stop()
+	log.Printf("aguardprof: execution trace of %s written to %s", d, f.Name())
 }
