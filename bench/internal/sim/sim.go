@@ -100,9 +100,9 @@ func Handler(def Config) http.Handler {
 			// Each run ticks at a phase of its own. loadgen spreads the
 			// stream starts evenly over its ramp; when that spacing is a
 			// multiple of the period (200 streams over a 10 s ramp at 20
-			// events/s: one start per period), runs started at once would
-			// tick together, and every stream's event would reach the proxy
-			// in one burst per period instead of the steady load the rate
+			// events/s: one start per period), the runs would tick
+			// together, and every stream's event would reach the proxy in
+			// one burst per period instead of the steady load the rate
 			// describes.
 			run.Idle(rand.N(period))
 			run.tick = time.NewTicker(period)
