@@ -153,7 +153,16 @@ func (s *Stream) feed(data []byte, b *Batch) {
 		out = s.cbuf
 	}
 	src := s.parseSource(out)
-	defer s.shed(len(src))
+	s.feedEvent(b, out, src)
+	// Not deferred: feedEvent's many returns would keep the compiler from
+	// open-coding the defer, and every event off the fast path would pay the
+	// runtime's deferred-call path (a stack walk) for it.
+	s.shed(len(src))
+}
+
+// feedEvent checks and applies the event whose compact JSON is out, parsed
+// from src (out, or its hollow copy: hollow.go), and fills b.
+func (s *Stream) feedEvent(b *Batch, out, src []byte) {
 	v, err := s.p.ParseBytes(src)
 	if err != nil {
 		s.malformed(b, out, "", "event is nested too deeply to be read")
