@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aguard/aguard/internal/logging"
 	"github.com/open-policy-agent/opa/v1/ast"
 	opametrics "github.com/open-policy-agent/opa/v1/metrics"
 	"github.com/open-policy-agent/opa/v1/rego"
@@ -555,7 +556,7 @@ func (e *Engine) logDecision(ctx context.Context, in *Input, d *Decision, took t
 	if e.logArgs && in != nil {
 		attrs = append(attrs, slog.String("arguments", in.Call.ArgumentsText))
 	}
-	e.log.LogAttrs(ctx, level, "policy decision", attrs...)
+	logging.Log(ctx, e.log, level, "policy decision", attrs...)
 }
 
 // printLogger sends the output of print() calls in a policy to the log.

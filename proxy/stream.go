@@ -17,6 +17,7 @@ import (
 
 	"github.com/aguard/aguard/agui"
 	"github.com/aguard/aguard/auth"
+	"github.com/aguard/aguard/internal/logging"
 	"github.com/aguard/aguard/internal/rawio"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/sse"
@@ -326,7 +327,8 @@ func (s *stream) run(c net.Conn) (keep bool) {
 	}
 	p.m.streamEnds.WithLabelValues(end).Inc()
 	p.m.duration.Observe(time.Since(s.start).Seconds())
-	s.log.InfoContext(s.ctx, "stream ended", "end", end, "duration", time.Since(s.start).Round(time.Millisecond))
+	logging.Log(s.ctx, s.log, slog.LevelInfo, "stream ended", slog.String("end", end),
+		slog.Duration("duration", time.Since(s.start).Round(time.Millisecond)))
 	s.trace.endStream(end)
 	s.cancel(nil)
 

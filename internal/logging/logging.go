@@ -19,6 +19,7 @@ import (
 	"log"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
@@ -38,6 +39,22 @@ func New(format string, w io.Writer) *slog.Logger {
 		return slog.New(traced{slog.NewJSONHandler(w, opts)})
 	}
 	return slog.New(traced{slog.NewTextHandler(w, opts)})
+}
+
+// Log writes a record to l as l.LogAttrs does, but without looking up the
+// caller's program counter: slog's Logger does that (runtime.Callers) for
+// every record although aguard's handlers never write a source, and on a
+// busy proxy the lookup, cold in the cache, cost about as much as writing the
+// line (bench/README.md, "Per call, off the fast path"). For the lines logged
+// once per stream or per decision.
+func Log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
+	h := l.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(time.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r) // as slog.Logger does: a handler's error is dropped
 }
 
 // traced adds trace_id and span_id to a record logged with a context that

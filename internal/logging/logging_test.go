@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -115,5 +116,40 @@ func TestLinesCarryTheTraceOfTheirContext(t *testing.T) {
 	}
 	if _, ok := without["trace_id"]; ok {
 		t.Errorf("line without a span: %v", without)
+	}
+}
+
+// TestLogWritesWhatLogAttrsWrites pins that Log, which skips slog's lookup
+// of the caller, writes the line LogAttrs writes: the logger's attributes,
+// the trace of its context, durations as seconds, and nothing under the
+// logger's level.
+func TestLogWritesWhatLogAttrsWrites(t *testing.T) {
+	var viaLog, viaAttrs bytes.Buffer
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+		SpanID:  trace.SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7},
+	})
+	ctx := trace.ContextWithSpanContext(context.Background(), sc)
+	attrs := []slog.Attr{slog.String("end", "completed"), slog.Duration("duration", 1500*time.Millisecond)}
+	Log(ctx, New("json", &viaLog).With("threadId", "t1"), slog.LevelInfo, "stream ended", attrs...)
+	New("json", &viaAttrs).With("threadId", "t1").LogAttrs(ctx, slog.LevelInfo, "stream ended", attrs...)
+	var got, want map[string]any
+	if err := json.Unmarshal(viaLog.Bytes(), &got); err != nil {
+		t.Fatalf("Log wrote %q: %v", viaLog.String(), err)
+	}
+	if err := json.Unmarshal(viaAttrs.Bytes(), &want); err != nil {
+		t.Fatalf("LogAttrs wrote %q: %v", viaAttrs.String(), err)
+	}
+	delete(got, "time")
+	delete(want, "time")
+	if len(got) != len(want) || got["trace_id"] != want["trace_id"] || got["duration"] != 1.5 || got["threadId"] != "t1" || got["msg"] != "stream ended" || got["end"] != "completed" {
+		t.Errorf("Log wrote %v, LogAttrs %v", got, want)
+	}
+
+	var quiet bytes.Buffer
+	l := slog.New(traced{slog.NewJSONHandler(&quiet, &slog.HandlerOptions{Level: slog.LevelWarn})})
+	Log(ctx, l, slog.LevelInfo, "stream ended", attrs...)
+	if quiet.Len() != 0 {
+		t.Errorf("a line under the logger's level was written: %q", quiet.String())
 	}
 }
