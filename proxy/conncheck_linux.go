@@ -3,6 +3,7 @@ package proxy
 import (
 	"net"
 
+	"github.com/aguard/aguard/internal/rawio"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,7 +21,7 @@ func peerClosed(c net.Conn) bool {
 	raw.Control(func(fd uintptr) {
 		var b [1]byte
 		for {
-			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			n, err := rawio.Peek(int(fd), b[:])
 			if err == unix.EINTR {
 				continue
 			}
@@ -60,7 +61,7 @@ func awaitReadable(c net.Conn) error {
 	var readErr error
 	err := raw.Read(func(fd uintptr) bool {
 		var b [1]byte
-		n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		n, err := rawio.Peek(int(fd), b[:])
 		switch {
 		case err == unix.EAGAIN || err == unix.EINTR:
 			return false // wait for more

@@ -1,6 +1,7 @@
 // Package rawio reads and writes non-blocking sockets with raw system
 // calls, for the connections that carry a byte per event: a stream's
-// agent and consumer sockets, and the Store's Redis connections.
+// agent and consumer sockets, and the Store's Redis connections; and it
+// peeks at idle ones (Peek, on Linux) to see whether their peer left.
 //
 // A read or write through the net package tells Go's scheduler that the
 // goroutine is in a system call (entersyscall). Go's system monitor takes
