@@ -28,7 +28,11 @@ import (
 
 // serve runs the proxy until ctx is done (SIGTERM), then drains.
 func serve(ctx context.Context, cfg *config.Config, stderr io.Writer) error {
-	log := logging.New(cfg.LogFormat, stderr)
+	// Lines go out in batches (logging.BatchDelay): flushed when serve
+	// returns, after the last line of the drain.
+	out := logging.Batch(stderr)
+	defer out.Close()
+	log := logging.New(cfg.LogFormat, out)
 	defer logging.Capture(log)()
 	ready, err := startServe(ctx, cfg, log)
 	if err != nil {
