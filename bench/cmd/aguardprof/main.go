@@ -1,6 +1,6 @@
 // Command aguardprof runs aguard's data plane in-process, built as aguard
 // serve builds it (proxy.New with the built-in default policy, Prometheus
-// metrics, a JSON logger, GOMAXPROCS fitted to the load), with
+// metrics, a JSON log written in batches, GOMAXPROCS fitted to the load), with
 // runtime/pprof profiles: aguard itself has no pprof endpoint.
 // bench/profile.sh drives it with agentsim and loadgen.
 //
@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -38,6 +37,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aguard/aguard/internal/logging"
 	"github.com/aguard/aguard/internal/procs"
 	"github.com/aguard/aguard/policy"
 	"github.com/aguard/aguard/proxy"
@@ -74,7 +74,10 @@ func main() {
 		defer f.Close()
 		logw = f
 	}
-	logger := slog.New(slog.NewJSONHandler(logw, nil))
+	// As aguard serve writes its log: JSON lines, in batches.
+	batch := logging.Batch(logw)
+	defer batch.Close()
+	logger := logging.New("json", batch)
 	// GOMAXPROCS fitted to the load, as aguard serve does.
 	defer procs.Start(procs.Options{Logger: logger}).Stop()
 
