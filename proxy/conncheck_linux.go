@@ -40,14 +40,13 @@ func ackedBytes(c net.Conn) (n uint64, ok bool) {
 	if !isRaw {
 		return 0, false
 	}
-	var info *unix.TCPInfo
 	var err error
 	if cerr := raw.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
+		n, err = rawio.BytesAcked(int(fd))
 	}); cerr != nil || err != nil {
 		return 0, false
 	}
-	return info.Bytes_acked, true
+	return n, true
 }
 
 // awaitReadable waits until c has something to read (a byte, the peer's

@@ -1,7 +1,9 @@
 // Package rawio reads and writes non-blocking sockets with raw system
 // calls, for the connections that carry a byte per event: a stream's
-// agent and consumer sockets, and the Store's Redis connections; and it
-// peeks at idle ones (Peek, on Linux) to see whether their peer left.
+// agent and consumer sockets, and the Store's Redis connections; and, on
+// Linux, it asks about the agent connections aguard checks before and
+// after it uses one (Peek: did the peer leave; BytesAcked: did it get
+// the request).
 //
 // A read or write through the net package tells Go's scheduler that the
 // goroutine is in a system call (entersyscall). Go's system monitor takes

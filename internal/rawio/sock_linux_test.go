@@ -51,3 +51,39 @@ func TestPeekSeesWithoutConsuming(t *testing.T) {
 		t.Fatalf("peer closed: Peek = %d, %v; want 0, nil", n, err)
 	}
 }
+
+// TestBytesAckedCountsWhatThePeerAcknowledged pins BytesAcked on a
+// loopback connection: nothing sent is 0 acknowledged (the handshake
+// aside, which Linux counts as one); once the peer's stack has the bytes
+// sent, they are counted.
+func TestBytesAckedCountsWhatThePeerAcknowledged(t *testing.T) {
+	server, client := tcpPair(t)
+	raw, err := server.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := func() (n uint64, err error) {
+		raw.Control(func(fd uintptr) { n, err = BytesAcked(int(fd)) })
+		return n, err
+	}
+	before, err := acked()
+	if err != nil || before > 1 {
+		t.Fatalf("nothing sent: BytesAcked = %d, %v", before, err)
+	}
+	if _, err := server.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	var got [1000]byte
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(client, got[:]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	n, err := acked()
+	for err == nil && n < before+1000 && time.Now().Before(deadline) {
+		n, err = acked()
+	}
+	if err != nil || n != before+1000 {
+		t.Fatalf("1000 bytes sent and read: BytesAcked = %d, %v; want %d", n, err, before+1000)
+	}
+}
