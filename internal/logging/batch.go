@@ -11,10 +11,10 @@ import (
 // most BatchDelay later. A write to stderr (a file, a pipe) is a system
 // call that Go's runtime hands its processor away around and that wakes
 // its monitor thread when the process was idle; under the tool-call load,
-// where aguard logs a few lines per run, those wake-ups and writes cost
-// about a twentieth of its CPU (bench/README.md, "Log lines in batches").
-// nginx offers the same for its access log (buffer=, flush=), Envoy does
-// it for its access logs by default.
+// where aguard logs a few lines per run, log writes caused four wake-ups
+// of the monitor in five (bench/README.md, "Log lines in batches"). nginx
+// offers the same for its access log (buffer=, flush=); Envoy batches its
+// access logs by default.
 const (
 	// BatchDelay bounds how long a line waits before it is written.
 	BatchDelay = 100 * time.Millisecond

@@ -45,7 +45,7 @@ func New(format string, w io.Writer) *slog.Logger {
 // caller's program counter: slog's Logger does that (runtime.Callers) for
 // every record although aguard's handlers never write a source, and on a
 // busy proxy the lookup, cold in the cache, cost about as much as writing the
-// line (bench/README.md, "Per call, off the fast path"). For the lines logged
+// line (bench/README.md, "Log lines in batches"). For the lines logged
 // once per stream or per decision.
 func Log(ctx context.Context, l *slog.Logger, level slog.Level, msg string, attrs ...slog.Attr) {
 	h := l.Handler()
