@@ -63,6 +63,20 @@ func openStore(t *testing.T, url string) *state.Store {
 	return s
 }
 
+// awaitRunEnd waits until Redis holds the end of run on thread: the write
+// its RUN_FINISHED waits for only up to the store's RedisTimeout, after
+// which the event goes out and the write lands later. A test whose next
+// step reads Redis (through another replica, or itself) waits for it
+// here, as a slow machine may take longer than that. reader must be a
+// Store that wrote nothing of the thread, so that what it reads is Redis.
+func awaitRunEnd(t *testing.T, reader *state.Store, thread, run string) {
+	t.Helper()
+	await.For(t, "the end of run "+run+" of "+thread+" in Redis", func() bool {
+		th, err := reader.GetThread(context.Background(), thread)
+		return err == nil && th.LastRunID == run
+	})
+}
+
 // threadInput is a 1.0 RunAgentInput for thread-x advertising confirm_order,
 // with the given extra messages and resume list.
 func threadInput(run, messages, resume string) string {
@@ -138,6 +152,7 @@ func TestPendingCallsEnforcedAcrossReplicas(t *testing.T) {
 		t.Fatalf("run 1: %d %q", status, got)
 	}
 	_, calls := agent.last()
+	awaitRunEnd(t, openStore(t, redis.URL()), "thread-x", "run-1")
 
 	status, _, e := postRun(t, b, threadInput("run-2", "", ""))
 	if status != 409 || e.Error.Code != "unanswered_tool_calls" || e.Error.Message != "call-1" {
