@@ -155,6 +155,10 @@ decision := {"action": "require_approval", "reason": "review"} if input.run.thre
 	if r := send(t, b, inThread("thread-d", "d-1", "")); r.status != 200 || !strings.Contains(r.events[len(r.events)-1], `"pendingToolCallIds":["call_0"]`) {
 		t.Fatalf("thread D, run 1: %+v", r)
 	}
+	// From here on each replica reads what the other recorded.
+	reader := openStore(t, redis.URL())
+	awaitRunEnd(t, reader, "thread-c", "c-1")
+	awaitRunEnd(t, reader, "thread-d", "d-1")
 	approvals := func(srv *httptest.Server) string {
 		_, body := adminDo(t, srv, "GET", "/v1/approvals", "")
 		var l struct{ ToolCalls []state.ToolCall }
