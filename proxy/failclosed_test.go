@@ -252,6 +252,12 @@ decision := {"action": "require_approval", "reason": "review"} if input.run.thre
 			}
 			rc := rawRedis(t, redis)
 			ctx := context.Background()
+			// The loss must take what the runs recorded: their ends may
+			// still be on their way when RUN_FINISHED goes out.
+			keys := []string{"aguard:{thread-c}:thread", "aguard:{thread-c}:call:h", "aguard:{thread-p}:thread", "aguard:{thread-p}:call:p"}
+			await.For(t, "the runs' records to be in Redis", func() bool {
+				return rc.Exists(ctx, keys...).Val() == int64(len(keys))
+			})
 			switch loss {
 			case "flushall":
 				if err := rc.FlushAll(ctx).Err(); err != nil {
@@ -279,7 +285,6 @@ decision := {"action": "require_approval", "reason": "review"} if input.run.thre
 			if status != 200 || !strings.Contains(body, `"status":"degraded"`) || !strings.Contains(body, "redis lost data") {
 				t.Fatalf("/readyz after the loss: %d %s", status, body)
 			}
-			keys := []string{"aguard:{thread-c}:thread", "aguard:{thread-c}:call:h", "aguard:{thread-p}:thread", "aguard:{thread-p}:call:p"}
 			await.Within(t, 10*time.Second, "the records to be back in Redis", func() bool {
 				return rc.Exists(ctx, keys...).Val() == int64(len(keys))
 			})
