@@ -388,6 +388,7 @@ decision := {"action": "require_approval", "reason": "review", "approvalTimeout"
 	if r := send(t, h, inThread("thread-c", "c-1", "")); r.status != 200 {
 		t.Fatalf("run 1: %+v", r)
 	}
+	awaitRunEnd(t, openStore(t, redis.URL()), "thread-c", "c-1")
 	rc := rawRedis(t, redis)
 	ctx := context.Background()
 	var checked int
