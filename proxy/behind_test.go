@@ -292,6 +292,9 @@ func TestARunThatFinishesLeavesTheRegistryWithItsLastWrites(t *testing.T) {
 	if status != 200 || !slices.ContainsFunc(events, func(e string) bool { return strings.Contains(e, `"pendingToolCallIds":["call-1"]`) }) {
 		t.Fatalf("run: %d %q", status, events)
 	}
+	// Until the run's writes land the registry is empty too: wait for
+	// them, then for the registry.
+	awaitRunEnd(t, openStore(t, srv.URL()), "thread-x", "run-1")
 	opt, err := goredis.ParseURL(srv.URL())
 	if err != nil {
 		t.Fatal(err)
