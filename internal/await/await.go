@@ -36,11 +36,25 @@ func Within(t testing.TB, d time.Duration, what string, cond func() bool) {
 // disturb what is awaited.
 func Every(t testing.TB, pause, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(pause, d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// Until polls cond for at most d, and reports whether it came to hold. It
+// is for goroutines other than the test's, which must not end the test
+// (t.Fatal): they report a false with t.Error and return.
+func Until(d time.Duration, cond func() bool) bool { return poll(interval, d, cond) }
+
+// poll looks at cond once every pause until it holds (true) or d has
+// passed (false).
+func poll(pause, d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(pause)
 	}
+	return true
 }
