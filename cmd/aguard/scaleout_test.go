@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/aguard/aguard/internal/await"
 	"github.com/aguard/aguard/internal/redistest"
 )
@@ -159,6 +161,19 @@ func recordStatus(t *testing.T, admin, token, thread, call string) string {
 	return rec.Status
 }
 
+// runEnded reports whether Redis, read through rc, holds run as thread's
+// last: the write a RUN_FINISHED waits for only up to --redis-timeout,
+// after which the event goes out and the write lands later. A test whose
+// next run goes through another replica waits for it, as a slow machine
+// may take longer than that.
+func runEnded(rc redis.Cmdable, thread, run string) bool {
+	d, err := rc.HGet(context.Background(), "aguard:{"+thread+"}:thread", "d").Result()
+	var th struct {
+		LastRunID string `json:"lastRunId"`
+	}
+	return err == nil && json.Unmarshal([]byte(d), &th) == nil && th.LastRunID == run
+}
+
 // reviewerTokens writes an --admin-tokens file naming alice a reviewer with
 // token, and returns its path.
 func reviewerTokens(t *testing.T, token string) string {
@@ -192,6 +207,8 @@ func TestServeReplicasShareThreadsAndApprovalsOnARedisCluster(t *testing.T) {
 	// {held-3} 3856, {held-2} 7985, {held-1} 12114 (CRC16 mod 16384).
 	plain := []string{"plain-0", "plain-1", "plain-2"}
 	held := []string{"held-1", "held-2", "held-3"}
+	rc := c.Client(t)
+	ctx := context.Background()
 
 	for _, th := range append(plain, held...) {
 		call := "call-" + th + "-r1"
@@ -202,14 +219,13 @@ func TestServeReplicasShareThreadsAndApprovalsOnARedisCluster(t *testing.T) {
 		if strings.HasPrefix(th, "held-") && !strings.Contains(body, "aguard.approval_required") {
 			t.Fatalf("%s: first run through A holds no call for approval: %s", th, body)
 		}
+		await.For(t, th+"'s first run's end in Redis", func() bool { return runEnded(rc, th, th+"-r1") })
 		code, body = postRun(t, b.listen, runInput(th, th+"-r2", "", ""))
 		if code != 409 || !strings.Contains(body, `"unanswered_tool_calls"`) || !strings.Contains(body, call) {
 			t.Fatalf("%s: next run through B without the answer: %d %s", th, code, body)
 		}
 	}
 	masters := map[string]bool{}
-	rc := c.Client(t)
-	ctx := context.Background()
 	for _, th := range append(plain, held...) {
 		key := "aguard:{" + th + "}:thread"
 		slot, err := rc.ClusterKeySlot(ctx, key).Result()
