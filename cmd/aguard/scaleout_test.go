@@ -396,6 +396,14 @@ func TestServeRunsThroughASentinelFailover(t *testing.T) {
 	agent := newScaleAgent(t)
 	args := []string{"--upstream", agent.URL, "--redis-mode", "sentinel", "--redis", ss.URL(), "--admin-token", "tok"}
 	replicas := []*started{startAguard(t, bin, args...), startAguard(t, bin, args...)}
+	// rc reads the primary the sentinels name, before and after the failover.
+	fo, err := redis.ParseFailoverURL(ss.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo.DisableIdentity = true
+	rc := redis.NewFailoverClient(fo)
+	t.Cleanup(func() { rc.Close() })
 	const lost = `aguard_state_redis_data_lost_total{cause="restart"}`
 
 	var retried atomic.Int64
@@ -446,6 +454,13 @@ func TestServeRunsThroughASentinelFailover(t *testing.T) {
 				mu.Lock()
 				calls[call] = th
 				mu.Unlock()
+				// The answer goes through the other replica once Redis
+				// holds the run's end: landing after the answer's own
+				// write, it would list the answered call pending again.
+				if !await.Until(30*time.Second, func() bool { return runEnded(rc, th, run) }) {
+					t.Errorf("%s: its end did not reach Redis", run)
+					return
+				}
 				if body, ok = post(second, runInput(th, run+"-answer", call, "yes")); !ok {
 					return
 				}
