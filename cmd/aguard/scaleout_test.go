@@ -396,14 +396,7 @@ func TestServeRunsThroughASentinelFailover(t *testing.T) {
 	agent := newScaleAgent(t)
 	args := []string{"--upstream", agent.URL, "--redis-mode", "sentinel", "--redis", ss.URL(), "--admin-token", "tok"}
 	replicas := []*started{startAguard(t, bin, args...), startAguard(t, bin, args...)}
-	// rc reads the primary the sentinels name, before and after the failover.
-	fo, err := redis.ParseFailoverURL(ss.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fo.DisableIdentity = true
-	rc := redis.NewFailoverClient(fo)
-	t.Cleanup(func() { rc.Close() })
+	rc := ss.Client(t) // the primary the sentinels name, before and after the failover
 	const lost = `aguard_state_redis_data_lost_total{cause="restart"}`
 
 	var retried atomic.Int64

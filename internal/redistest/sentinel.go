@@ -91,6 +91,21 @@ func (s *Sentinels) URL() string {
 	return u
 }
 
+// Client is a go-redis client on the primary the sentinels name, before
+// and after a failover, for looking behind the code under test; closed at
+// test cleanup.
+func (s *Sentinels) Client(tb testing.TB) *redis.Client {
+	tb.Helper()
+	opt, err := redis.ParseFailoverURL(s.URL())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	opt.DisableIdentity = true
+	rc := redis.NewFailoverClient(opt)
+	tb.Cleanup(func() { rc.Close() })
+	return rc
+}
+
 // Failover asks a sentinel to fail the primary over (SENTINEL FAILOVER) and
 // waits until every sentinel names the replica as the master.
 func (s *Sentinels) Failover(tb testing.TB) {
