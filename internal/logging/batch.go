@@ -26,9 +26,10 @@ const (
 
 // BatchWriter gathers what is written to it for one write to the
 // underlying writer at most BatchDelay later (see above). It keeps the
-// order of the writes; it never drops one. Its Write does not report the
-// underlying writer's errors (a log line has no one to report them to:
-// slog drops them too); Flush and Close do.
+// order of the writes; it never drops one. Write returns the underlying
+// writer's error only when it wrote itself (past BatchBytes, or after
+// Close); slog drops what it returns anyway, so every such error is also
+// kept for the next Flush or Close to return.
 type BatchWriter struct {
 	w     io.Writer
 	delay time.Duration
