@@ -3,6 +3,7 @@
 package rawio
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -182,5 +183,72 @@ func TestConnKeepsTheSocketsOwnMethods(t *testing.T) {
 	defer b.Close()
 	if Conn(a) != a {
 		t.Fatal("Conn wrapped a connection that is not a TCP socket")
+	}
+}
+
+// A read or write that finds the socket ready allocates nothing: a stream
+// writes once per event, and what each write allocated was most of what
+// aguard allocated at a paced load.
+func TestRawReadsAndWritesAllocateNothing(t *testing.T) {
+	server, client := tcpPair(t)
+	w, r := Conn(server), Conn(client)
+	out, in := []byte("data: {}\n\n"), make([]byte, 64)
+	allocs := testing.AllocsPerRun(200, func() {
+		if _, err := w.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := r.Read(in); err != nil || n == 0 {
+			t.Fatalf("read %d bytes: %v", n, err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("a write and a read allocated %.1f times, want 0", allocs)
+	}
+}
+
+// Writes from two goroutines at once each arrive whole: a conn's state for
+// a call in progress serves one call at a time.
+func TestConcurrentRawWritesArriveWhole(t *testing.T) {
+	server, client := tcpPair(t)
+	w := Conn(server)
+	const writers, each = 4, 500
+	lines := make([][]byte, writers)
+	for i := range lines {
+		lines[i] = bytes.Repeat([]byte{'a' + byte(i)}, 999)
+		lines[i] = append(lines[i], '\n')
+	}
+	done := make(chan error, writers)
+	for i := range writers {
+		go func() {
+			for range each {
+				if _, err := w.Write(lines[i]); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	got := map[byte]int{}
+	br := bufio.NewReader(client)
+	for range writers * each {
+		line, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(line) != 1000 || bytes.Count(line, line[:1]) != 999 {
+			t.Fatalf("a line arrived mixed with another: %q…", line[:min(len(line), 40)])
+		}
+		got[line[0]]++
+	}
+	for range writers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range writers {
+		if got['a'+byte(i)] != each {
+			t.Fatalf("writer %d: %d lines arrived, want %d", i, got['a'+byte(i)], each)
+		}
 	}
 }
