@@ -62,6 +62,16 @@ func (l *Link) Redirect(to *Server) {
 	}
 }
 
+// Follow relays new connections to to and leaves open ones relaying to the
+// server they reach, as an endpoint whose name a failover moves: a
+// client's connections made before stay with the old primary until they
+// close.
+func (l *Link) Follow(to *Server) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.srv = to
+}
+
 // Heal relays new connections again.
 func (l *Link) Heal() {
 	l.mu.Lock()

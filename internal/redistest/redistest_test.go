@@ -3,10 +3,13 @@ package redistest
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartAnswersPingAndStopSilencesIt(t *testing.T) {
@@ -68,6 +71,60 @@ func TestLinkCutClosesConnectionsAndHealRelaysAgain(t *testing.T) {
 	if err := ping(addr); err != nil {
 		t.Fatalf("PING after Heal: %v", err)
 	}
+}
+
+// Follow moves new connections to another server and leaves an open one
+// where it was: each answers with its own server's port.
+func TestLinkFollowMovesNewConnectionsOnly(t *testing.T) {
+	a, b := Start(t), Start(t)
+	l := a.Link(t)
+	addr := strings.TrimSuffix(strings.TrimPrefix(l.URL(), "redis://"), "/0")
+	open, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	rd := bufio.NewReader(open)
+	l.Follow(b)
+	if got := tcpPort(t, open, rd); got != strconv.Itoa(a.port) {
+		t.Fatalf("the connection opened before Follow reaches port %s, want %d", got, a.port)
+	}
+	fresh, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got := tcpPort(t, fresh, bufio.NewReader(fresh)); got != strconv.Itoa(b.port) {
+		t.Fatalf("a connection opened after Follow reaches port %s, want %d", got, b.port)
+	}
+}
+
+// tcpPort asks the server at the end of c for its port (INFO server).
+func tcpPort(t *testing.T, c net.Conn, rd *bufio.Reader) string {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("INFO server\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	head, err := rd.ReadString('\n') // $<length>
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil {
+		t.Fatalf("INFO answered %q", head)
+	}
+	body := make([]byte, n+2)
+	if _, err := io.ReadFull(rd, body); err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(body)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "tcp_port:"); ok {
+			return v
+		}
+	}
+	t.Fatalf("INFO server has no tcp_port: %q", body)
+	return ""
 }
 
 // fatalRecorder is a testing.TB whose Fatal records the message and ends the
