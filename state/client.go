@@ -122,8 +122,10 @@ func CheckRedisURL(mode, u string) error {
 // applies aguard's defaults: short timeouts and a single retry, since the
 // Store's queue does the retrying, and connections that read and write
 // with raw system calls (rawDial). onConnect (nil: none) runs on every new
-// connection to one Redis (single, sentinel), before it serves anything.
-func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn) error) (*redisClients, error) {
+// connection to one Redis (single, sentinel), before it serves anything;
+// conns (nil: none) is where both clients' connections to one Redis are
+// kept track of (fence.go).
+func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn) error, conns *connSet) (*redisClients, error) {
 	rc, err := configureRedisClients(mode, u, onConnect)
 	if err != nil {
 		return nil, err
@@ -133,7 +135,7 @@ func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn
 			// A cluster's connections are its node clients'.
 			cc.OnNewNode(func(n *redis.Client) { n.AddHook(rawDial{}) })
 		} else {
-			c.AddHook(rawDial{})
+			c.AddHook(rawDial{conns: conns})
 		}
 	}
 	return rc, nil
@@ -142,16 +144,21 @@ func newRedisClients(mode, u string, onConnect func(context.Context, *redis.Conn
 // rawDial is the go-redis hook that hands every plain TCP connection a
 // client dials to rawio.Conn: the write-behind's round trips, a few a
 // second per run, then read and write without entering Go's system-call
-// state (see package rawio). TLS connections are left as they are.
-type rawDial struct{}
+// state (see package rawio). TLS connections are left as they are. Every
+// connection is tracked in conns, when set.
+type rawDial struct{ conns *connSet }
 
-func (rawDial) DialHook(next redis.DialHook) redis.DialHook {
+func (d rawDial) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := next(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		return rawio.Conn(c), nil
+		c = rawio.Conn(c)
+		if d.conns != nil {
+			c = d.conns.track(c)
+		}
+		return c, nil
 	}
 }
 
@@ -254,7 +261,7 @@ func (s *Store) masterInfo(ctx context.Context) (map[string]int64, error) {
 // Store's, for other parts of aguard that share that Redis (webhook
 // deliveries). The caller closes it.
 func NewRedisClient(mode, u string) (redis.UniversalClient, error) {
-	rc, err := newRedisClients(mode, u, nil)
+	rc, err := newRedisClients(mode, u, nil, nil)
 	if err != nil {
 		return nil, err
 	}

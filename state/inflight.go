@@ -20,9 +20,10 @@ import (
 // is sent until its acknowledgement is in memory (inflight.end), and a
 // write-back waits for the tickets taken before it began (settle). Writes
 // begun after that are not waited for: once a loss is detected they reach
-// the server that is now the primary (on a failover, go-redis closes its
-// connections to the old one before it dials the new one, and the first
-// command on a new connection is what detects the change; see primary.go).
+// the server that is now the primary (the first command to reach a new
+// primary, which detects the change, closes every connection this Store
+// has open before the loss is written back, and a connection that still
+// reaches the old primary afterwards is refused; see fence.go).
 
 // inflight counts the writes between their send and the moment their
 // acknowledgement is in memory, by the settle round they began in.

@@ -217,16 +217,18 @@ func (s *Store) beat(ctx context.Context) {
 		hb = s.scripts.heartbeat.Eval(ctx, p, []string{s.ks.markerKey(s.origin), s.ks.replicasKey(), s.ks.runsKey(s.origin)},
 			s.origin, s.opt.TTL.Milliseconds(), s.opt.TTL.Milliseconds())
 		if !s.cluster {
-			info = p.Info(ctx, "server", "stats")
+			info = p.Info(ctx, "server", "stats", "replication")
 		}
 		return nil
 	})
 	var masters map[string]int64
+	var repl replication
 	switch {
 	case err != nil:
 	case info != nil:
 		id, evicted := parseInfo(info.Val())
 		masters = map[string]int64{id: evicted}
+		repl = parseReplication(info.Val())
 	default: // a cluster: every master's INFO, at once
 		masters, err = s.masterInfo(ctx)
 	}
@@ -239,7 +241,14 @@ func (s *Store) beat(ctx context.Context) {
 	had, _ := hb.Int64()
 	l := &s.loss
 	l.mu.Lock()
+	if info != nil && l.primary.replacedBy(repl) {
+		// Sent before a new primary was seen, on a connection to the one it
+		// replaced, closed since (fence.go): that server's INFO is no sign.
+		l.mu.Unlock()
+		return
+	}
 	var causes []lossCause
+	fence := false
 	if restarted, evicted := compareMasters(l.masters, masters); restarted || evicted {
 		if restarted {
 			causes = append(causes, causeRestart)
@@ -248,6 +257,7 @@ func (s *Store) beat(ctx context.Context) {
 					l.primary.barrier = id
 				}
 				l.primary.changes++
+				fence = true
 			}
 		}
 		if evicted {
@@ -265,8 +275,14 @@ func (s *Store) beat(ctx context.Context) {
 	delete(masters, "")
 	if len(masters) > 0 {
 		l.masters = masters
+		if !s.cluster {
+			l.primary.setRepl(repl)
+		}
 	}
 	l.mu.Unlock()
+	if fence { // as onConnect does (fence.go)
+		s.conns.closeAll()
+	}
 	for _, c := range causes {
 		s.lost(c)
 	}

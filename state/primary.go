@@ -22,6 +22,9 @@ import (
 //   - every new connection asks the server for its run_id before it serves
 //     anything (onConnect): a run_id other than the primary's seen so far
 //     is a loss (cause "restart"), counted at once, not at the next beat;
+//   - the Store then closes every connection it has open, and refuses a
+//     new one that still reaches the old primary (fence.go), so that
+//     nothing it writes from then on can land there;
 //   - each replica writes back what it holds, as for any loss, and then
 //     says in aguard:primary (replica id -> run_id) which primary it has
 //     caught up with; it says so at each beat too, while it has no loss to
@@ -81,45 +84,87 @@ type primaryState struct {
 	// looked; it has caught up once every write queued up to then is in.
 	queuedFor  string
 	queuedUpTo uint64
+	// repl is the replication of the primary seen last, and replSince when
+	// this Store first saw that replication ID (fence.go).
+	repl      replication
+	replSince time.Time
 }
 
+// setRepl records r as the primary's replication; l.mu is held.
+func (p *primaryState) setRepl(r replication) {
+	if r.id != p.repl.id {
+		p.replSince = time.Now()
+	}
+	p.repl = r
+}
+
+// replacedBy reports whether a server whose replication is r is the
+// primary that the one this Store took last replaced (fence.go), within
+// replacedHold of taking it; l.mu is held.
+func (p *primaryState) replacedBy(r replication) bool {
+	return replaced(r, p.repl) && time.Since(p.replSince) < replacedHold
+}
+
+// primarySeen is what the server a connection reached is to a Store.
+type primarySeen int
+
+const (
+	primarySame primarySeen = iota // the primary seen so far (or none seen yet)
+	primaryNew                     // a new primary: a loss
+	primaryOld                     // the primary a failover this Store saw replaced
+)
+
 // onConnect is the OnConnect hook of a Store's clients on one Redis: it
-// reads the server's run_id, and counts a loss when it is not the
-// primary's seen so far. A server that does not answer INFO (a managed
-// Redis may hide it) is taken as it is, and so is a sentinel (go-redis
-// runs the hook on its connections to the sentinels too).
+// reads the server's run_id and replication. A new primary (a run_id other
+// than the primary's seen so far) is a loss: every connection open until
+// then is closed, this one too (its command is retried on a new one), and
+// the loss is counted at once, not at the next beat. The primary a failover
+// this Store saw replaced is refused (errOldPrimary). A server that does
+// not answer INFO (a managed Redis may hide it) is taken as it is, and so
+// is a sentinel (go-redis runs the hook on its connections to the sentinels
+// too).
 func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if s == nil || s.scripts == nil { // still opening
 		return nil
 	}
-	info, err := cn.Info(ctx, "server").Result()
+	info, err := cn.Info(ctx, "server", "replication").Result()
 	if err != nil || strings.Contains(info, "redis_mode:sentinel") {
 		return nil
 	}
 	id, _ := parseInfo(info)
-	if s.primaryChanged(id) {
+	switch s.primaryChanged(id, parseReplication(info)) {
+	case primaryOld:
+		return fmt.Errorf("state: run_id %s: %w", id, errOldPrimary)
+	case primaryNew:
+		s.conns.closeAll()
 		s.lost(causeRestart)
 	}
 	return nil
 }
 
-// primaryChanged reports whether id is a new primary: one this Store did
-// not see at its last beat. It then takes id as the primary, and raises
-// the barrier until the live replicas have caught up with it.
-func (s *Store) primaryChanged(id string) bool {
+// primaryChanged tells what the server with run_id id and replication r
+// is: the primary seen so far, the one a failover replaced, or a new
+// primary, one this Store did not see at its last beat. It then takes id
+// as the primary, and raises the barrier until the live replicas have
+// caught up with it.
+func (s *Store) primaryChanged(id string, r replication) primarySeen {
 	l := &s.loss
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if id == "" || len(l.masters) == 0 {
-		return false
+		return primarySame
 	}
 	if _, ok := l.masters[id]; ok {
-		return false
+		return primarySame
+	}
+	if l.primary.replacedBy(r) {
+		return primaryOld
 	}
 	l.masters = map[string]int64{id: -1}
+	l.primary.setRepl(r)
 	l.primary.barrier = id
 	l.primary.changes++
-	return true
+	return primaryNew
 }
 
 // primaryChanges is how many new primaries this Store has seen.

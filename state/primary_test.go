@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -226,5 +227,119 @@ func TestAWriteTheOldPrimaryAcknowledgedJustBeforeAFailoverIsWrittenBack(t *test
 	})
 	if got := pc.HGet(ctx, callKey(Ref{th, "c1"}), "s").Val(); got != string(StatusCompleted) {
 		t.Fatalf("the new primary has the answered call as %q after the write-back", got)
+	}
+}
+
+// TestNoWriteReachesTheOldPrimaryOnceTheNewOneIsSeen fails the primary
+// over under a Store whose two clients move to the new primary one after
+// the other, as each moves when it next dials: the endpoint moves new
+// connections only (a managed Redis's name; go-redis's Sentinel client
+// dials the new address likewise), and the bulk client keeps the
+// connection it made to the old primary. The other client's first new
+// connection sees the new primary, and the Store writes back what it holds
+// there and marks itself caught up. An answer to a thread's 512 pending
+// calls then goes through the bulk client: it must reach the new primary.
+// Sent to the old one, it would be lost when the old one follows the new:
+// the new primary would keep every call EXECUTING, though the Store told
+// its caller they were answered.
+func TestNoWriteReachesTheOldPrimaryOnceTheNewOneIsSeen(t *testing.T) {
+	old, promoted, oc, pc := replicaPair(t)
+	ctx := context.Background()
+	link := old.Link(t)
+	// Beats and sweeps an hour apart: the Store's connections stay as the
+	// test leaves them.
+	a := openStore(t, Options{RedisURL: link.URL(), heartbeat: time.Hour, sweep: time.Hour})
+	await.For(t, "the first heartbeat", a.markerSet)
+
+	th := "t-two-clients"
+	ids := make([]string, bulkThreshold)
+	calls := make([]*ToolCall, bulkThreshold)
+	for i := range ids {
+		ids[i] = "c" + strconv.Itoa(i)
+		calls[i] = newCall(ids[i], th, StatusExecuting, t0)
+	}
+	if err := a.PutCallsSync(ctx, calls, &Thread{ID: th, LastRunID: "r1", PendingCalls: ids}); err != nil {
+		t.Fatal(err)
+	}
+	promote(t, oc, pc)
+	// The Store's connections so far are gone (the bulk client has none
+	// yet); the bulk client's first one for pipelines, which carry its reads
+	// and writes, reaches the old primary, which the Store takes for the
+	// primary still.
+	if err := oc.ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.bulk.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() }); err != nil {
+		t.Fatal(err)
+	}
+	link.Follow(promoted)
+	if err := a.rdb.Ping(ctx).Err(); err != nil { // a new connection: to the new primary
+		t.Fatal(err)
+	}
+	newID, _ := parseInfo(pc.Info(ctx, "server").Val())
+	await.For(t, "the Store to write back and mark itself caught up with the new primary", func() bool {
+		a.loss.mu.Lock()
+		done := a.loss.completed && !a.loss.pending && !a.loss.writing
+		a.loss.mu.Unlock()
+		return done && pc.HGet(ctx, a.ks.primaryKey(), a.origin).Val() == newID
+	})
+
+	v, err := a.ReadThread(ctx, th, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := make([]Change, len(ids))
+	for i, id := range ids {
+		changes[i] = Change{ID: id, Transition: Answer([]byte(`"yes"`), "", false, time.Now())}
+	}
+	for i, r := range a.ApplyAnswers(ctx, v, changes) {
+		if r.Err != nil {
+			t.Fatalf("the answer to %s: %v", ids[i], r.Err)
+		}
+	}
+	for _, id := range []string{ids[0], ids[len(ids)-1]} {
+		if got := pc.HGet(ctx, callKey(Ref{th, id}), "s").Val(); got != string(StatusCompleted) {
+			t.Errorf("the new primary has %s as %q after the Store answered it; want it COMPLETED", id, got)
+		}
+		if got := oc.HGet(ctx, callKey(Ref{th, id}), "s").Val(); got != string(StatusExecuting) {
+			t.Errorf("the old primary took the answer to %s (%q) after the Store had seen the new one", id, got)
+		}
+	}
+	if got := metricValue(t, a.met.dataLost.WithLabelValues(string(causeRestart))); got != 1 {
+		t.Errorf("the Store counted %v losses by restart, want 1", got)
+	}
+}
+
+// TestAConnectionThatReachesTheReplacedPrimaryIsRefused: once a Store has
+// seen the new primary, a new connection that still reaches the old one
+// (a dial that began before the endpoint moved, a Sentinel that has not
+// heard of the failover yet) is refused before it serves anything: the old
+// primary's replication ID is the one the new primary took over. Taken for
+// yet another new primary, it would count a second loss and have the Store
+// write there what the old primary drops when it follows the new one.
+func TestAConnectionThatReachesTheReplacedPrimaryIsRefused(t *testing.T) {
+	old, promoted, oc, pc := replicaPair(t)
+	ctx := context.Background()
+	link := old.Link(t)
+	a := openStore(t, Options{RedisURL: link.URL(), heartbeat: time.Hour, sweep: time.Hour})
+	await.For(t, "the first heartbeat", a.markerSet)
+	promote(t, oc, pc)
+	link.Redirect(promoted)
+	if err := a.rdb.Ping(ctx).Err(); err != nil { // a new connection: to the new primary
+		t.Fatal(err)
+	}
+	lost := a.met.dataLost.WithLabelValues(string(causeRestart))
+	await.For(t, "the Store to count the new primary as a loss", func() bool { return metricValue(t, lost) == 1 })
+
+	link.Redirect(old)
+	if err := a.rdb.Ping(ctx).Err(); !errors.Is(err, errOldPrimary) {
+		t.Fatalf("a command on a new connection to the old primary: %v; want it refused (errOldPrimary)", err)
+	}
+	link.Redirect(promoted)
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("a command on a new connection to the new primary: %v", err)
+	}
+	if got := metricValue(t, lost); got != 1 {
+		t.Errorf("the Store counted %v losses by restart, want 1: the old primary taken for a new one", got)
 	}
 }

@@ -196,6 +196,7 @@ type Store struct {
 	// I/O timeouts of rdb, which a big but healthy round trip would exceed.
 	bulk    redis.UniversalClient
 	cluster bool     // rdb is a Redis Cluster's client
+	conns   *connSet // rdb's and bulk's connections on one Redis (fence.go)
 	ks      keyspace // names of the keys apart from the threads'
 	scripts *scripts
 	ps      *redis.PubSub
@@ -293,10 +294,11 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	// happen.
 	var s *Store
 	var rc *redisClients
+	conns := &connSet{}
 	if opt.RedisURL != "" {
 		var err error
 		onConnect := func(ctx context.Context, cn *redis.Conn) error { return s.onConnect(ctx, cn) }
-		if rc, err = newRedisClients(opt.RedisMode, opt.RedisURL, onConnect); err != nil {
+		if rc, err = newRedisClients(opt.RedisMode, opt.RedisURL, onConnect, conns); err != nil {
 			return nil, err
 		}
 	} else if _, err := ParseRedisMode(opt.RedisMode); err != nil {
@@ -348,7 +350,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	s.channel = invalidateChannel + strconv.Itoa(rc.db)
 	s.scripts = newScripts()
-	s.rdb, s.bulk, s.cluster = rc.rdb, rc.bulk, rc.cluster
+	s.rdb, s.bulk, s.cluster, s.conns = rc.rdb, rc.bulk, rc.cluster, conns
 	s.ks = newKeyspace(rc.cluster)
 	s.rdb.AddHook(slowHook{s}) // the bulk client's round trips grow with their size: not timed
 	for _, h := range opt.Hooks {
