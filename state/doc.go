@@ -21,8 +21,9 @@
 // ledger, and their pages), cache.go and protect.go (memory), queue.go and
 // writer.go (the queue of writes for Redis, and its writer), redis.go
 // (scripts), subscriber.go (invalidations), loss.go (loss detection and
-// write-back), slow.go (a Redis answering late), runs.go (runs registry),
-// sweeper.go (deadlines, lost runs, upkeep).
+// write-back), primary.go and fence.go (a failover's new primary, and the
+// old one's fencing), slow.go (a Redis answering late), runs.go (runs
+// registry), sweeper.go (deadlines, lost runs, upkeep).
 //
 // # Identity
 //
@@ -174,7 +175,11 @@
 // primary is made again once they have. A write the old primary
 // acknowledged just before the change was seen, whose acknowledgement has
 // not reached memory yet, is waited for before the write-back takes its
-// snapshot. On a Redis Cluster
+// snapshot. The Store's connections reach the new primary one at a time,
+// so the first to see it closes every connection the Store has open before
+// the write-back, and a new one that still reaches the old primary (whose
+// replication ID the new one took over) is refused: nothing the Store
+// writes after the change lands on the old primary. On a Redis Cluster
 // a master replaced is noticed at the next beat, without that wait.
 //
 // # Deadlines and lost runs
