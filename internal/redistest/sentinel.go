@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ type Sentinels struct {
 	Primary, Replica *Server
 	procs            []*exec.Cmd
 	ports            []int
+	frozen           []bool
 }
 
 // StartSentinels starts a primary, its replica and three sentinels, waits
@@ -59,7 +62,7 @@ func StartSentinels(tb testing.TB) *Sentinels {
 		if err := cmd.Start(); err != nil {
 			tb.Fatalf("redistest: start redis-sentinel: %v", err)
 		}
-		s.procs, s.ports = append(s.procs, cmd), append(s.ports, port)
+		s.procs, s.ports, s.frozen = append(s.procs, cmd), append(s.ports, port), append(s.frozen, false)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
@@ -84,11 +87,35 @@ func StartSentinels(tb testing.TB) *Sentinels {
 
 // URL names the sentinels as go-redis's ParseFailoverURL reads them.
 func (s *Sentinels) URL() string {
-	u := fmt.Sprintf("redis://127.0.0.1:%d/0?master_name=%s", s.ports[0], SentinelMaster)
-	for _, p := range s.ports[1:] {
-		u += fmt.Sprintf("&addr=127.0.0.1:%d", p)
+	return s.URLOf(0, 1, 2)
+}
+
+// URLOf is URL naming only the sentinels numbered which (0, 1, 2).
+func (s *Sentinels) URLOf(which ...int) string {
+	u := fmt.Sprintf("redis://127.0.0.1:%d/0?master_name=%s", s.ports[which[0]], SentinelMaster)
+	for _, i := range which[1:] {
+		u += fmt.Sprintf("&addr=127.0.0.1:%d", s.ports[i])
 	}
 	return u
+}
+
+// Freeze stops sentinel i (SIGSTOP): it answers nothing, and learns and
+// tells nothing of a failover, until Thaw. Failover does not wait for it.
+func (s *Sentinels) Freeze(tb testing.TB, i int) {
+	tb.Helper()
+	if err := s.procs[i].Process.Signal(syscall.SIGSTOP); err != nil {
+		tb.Fatalf("redistest: freeze sentinel %d: %v", i, err)
+	}
+	s.frozen[i] = true
+}
+
+// Thaw resumes sentinel i (SIGCONT).
+func (s *Sentinels) Thaw(tb testing.TB, i int) {
+	tb.Helper()
+	if err := s.procs[i].Process.Signal(syscall.SIGCONT); err != nil {
+		tb.Fatalf("redistest: thaw sentinel %d: %v", i, err)
+	}
+	s.frozen[i] = false
 }
 
 // Client is a go-redis client on the primary the sentinels name, before
@@ -107,17 +134,22 @@ func (s *Sentinels) Client(tb testing.TB) *redis.Client {
 }
 
 // Failover asks a sentinel to fail the primary over (SENTINEL FAILOVER) and
-// waits until every sentinel names the replica as the master.
+// waits until every sentinel names the replica as the master (every one
+// not frozen).
 func (s *Sentinels) Failover(tb testing.TB) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
 	defer cancel()
-	c := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.ports[0]), DisableIdentity: true})
+	asked := slices.Index(s.frozen, false)
+	c := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(s.ports[asked]), DisableIdentity: true})
 	defer c.Close()
 	if err := c.Failover(ctx, SentinelMaster).Err(); err != nil {
 		tb.Fatalf("redistest: SENTINEL FAILOVER: %v", err)
 	}
-	for _, p := range s.ports {
+	for i, p := range s.ports {
+		if s.frozen[i] {
+			continue
+		}
 		sc := redis.NewSentinelClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(p), DisableIdentity: true})
 		for {
 			addr, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
@@ -137,6 +169,7 @@ func (s *Sentinels) Failover(tb testing.TB) {
 
 func (s *Sentinels) stop() {
 	for _, p := range s.procs {
+		_ = p.Process.Signal(syscall.SIGCONT)
 		_ = p.Process.Kill()
 		_ = p.Wait()
 	}
