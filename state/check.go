@@ -131,7 +131,7 @@ func (s *Store) readView(ctx context.Context, v *ThreadView, ids []string) error
 // readViewOnce is ReadThread's pipeline.
 func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) error {
 	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
-	var tcmd *redis.SliceCmd
+	var tcmd, xcmd *redis.SliceCmd
 	var mcmd, rcmd *redis.IntCmd
 	ccmds := make([]*redis.SliceCmd, len(ids))
 	c, budget := s.client(len(ids))
@@ -163,6 +163,9 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 		tcmd = p.HMGet(ctx, threadKey(v.id), "v", "d")
 		mcmd = p.Exists(ctx, s.ks.markerKey(s.origin))
 		rcmd = p.Exists(ctx, s.ks.recoveringKey())
+		if !s.cluster {
+			xcmd = p.MGet(ctx, s.ks.replacedKey()) // MGET: an absent key is no error
+		}
 		for i, id := range ids {
 			ccmds[i] = p.HMGet(ctx, callKey(Ref{v.id, id}), "v", "d", "r")
 		}
@@ -173,6 +176,14 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 			return fmt.Errorf("reading %d records took longer than %v: %w", len(ids), budget, errSlow)
 		}
 		return err
+	}
+	if xcmd != nil && s.replacedHere(xcmd.Val()) {
+		// Another replica saw a failover replace the primary this Store
+		// reads, and writes to the new one: what is read here may lack it
+		// (fence.go). The connections go, so that the next command asks
+		// for the primary again.
+		s.conns.closeAll()
+		return fmt.Errorf("%w: %w", ErrUnavailable, errReplaced)
 	}
 	if mcmd.Val() == 0 && s.markerSet() {
 		s.lostAfter(causeMarker, readAt)

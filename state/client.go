@@ -46,6 +46,10 @@ type redisClients struct {
 	rdb, bulk redis.UniversalClient
 	db        int
 	cluster   bool
+	// serverOpts configures a client of the one server at addr, as rdb's
+	// (nil on a cluster): the Store marks a replaced primary with it
+	// (fence.go).
+	serverOpts func(addr string) *redis.Options
 }
 
 // redisOptions is a --redis URL parsed as its mode says: exactly one of
@@ -186,7 +190,12 @@ func configureRedisClients(mode, u string, onConnect func(context.Context, *redi
 		fo.OnConnect = onConnect
 		bo := *fo
 		bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
-		return &redisClients{rdb: redis.NewFailoverClient(fo), bulk: redis.NewFailoverClient(&bo), db: fo.DB}, nil
+		server := func(addr string) *redis.Options {
+			return oneServer(&redis.Options{Addr: addr, Dialer: fo.Dialer, Protocol: fo.Protocol, Username: fo.Username, Password: fo.Password,
+				CredentialsProvider: fo.CredentialsProvider, CredentialsProviderContext: fo.CredentialsProviderContext,
+				StreamingCredentialsProvider: fo.StreamingCredentialsProvider, DB: fo.DB, TLSConfig: fo.TLSConfig})
+		}
+		return &redisClients{rdb: redis.NewFailoverClient(fo), bulk: redis.NewFailoverClient(&bo), db: fo.DB, serverOpts: server}, nil
 	case o.cluster != nil:
 		co := o.cluster
 		co.DialTimeout, co.ReadTimeout, co.WriteTimeout = orIO(co.DialTimeout), orIO(co.ReadTimeout), orIO(co.WriteTimeout)
@@ -211,7 +220,23 @@ func configureRedisClients(mode, u string, onConnect func(context.Context, *redi
 	ro.OnConnect = onConnect
 	bo := *ro
 	bo.ReadTimeout, bo.WriteTimeout, bo.ContextTimeoutEnabled, bo.PoolSize = bulkIOTimeout, bulkIOTimeout, true, 4
-	return &redisClients{rdb: redis.NewClient(ro), bulk: redis.NewClient(&bo), db: ro.DB}, nil
+	server := func(addr string) *redis.Options {
+		so := *ro
+		so.Addr = addr
+		return oneServer(&so)
+	}
+	return &redisClients{rdb: redis.NewClient(ro), bulk: redis.NewClient(&bo), db: ro.DB, serverOpts: server}, nil
+}
+
+// oneServer sets o up for a few commands to one server within a deadline:
+// one connection, no retries, no OnConnect, the deadline's timeouts.
+func oneServer(o *redis.Options) *redis.Options {
+	o.OnConnect = nil
+	o.PoolSize, o.MinIdleConns, o.MaxRetries, o.DialerRetries = 1, 0, -1, 1
+	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.ContextTimeoutEnabled = markTimeout, markTimeout, markTimeout, true
+	o.DisableIdentity = true
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return o
 }
 
 // orIO is d, or redisIOTimeout when the URL left it unset.

@@ -1,12 +1,16 @@
 package state
 
 import (
+	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Fencing the old primary. A Store's connections reach a new primary one
@@ -45,16 +49,30 @@ import (
 // server for good.
 const replacedHold = time.Minute
 
+// markTimeout bounds what a Store spends marking the old primary replaced,
+// while its commands on the new primary wait.
+const markTimeout = 500 * time.Millisecond
+
+// errReplaced refuses a read from a primary that another replica saw a
+// failover replace (marked in aguard:replaced).
+var errReplaced = errors.New("another aguard replica saw a failover replace this redis primary; this one has not reached the new primary yet")
+
 // errOldPrimary refuses a connection to the primary that a failover this
 // Store has seen replaced: what it takes there is lost once it follows the
 // new one.
 var errOldPrimary = errors.New("redis server is the primary a failover replaced; it has not followed the new one yet")
 
-// connSet is the Redis connections a Store's clients have open.
+// connSet is the Redis connections a Store's clients have open, and the
+// addresses they reached lately.
 type connSet struct {
-	mu   sync.Mutex
-	open map[*trackedConn]struct{}
+	mu    sync.Mutex
+	open  map[*trackedConn]struct{}
+	addrs map[string]time.Time // remote address -> when a connection to it was last made
 }
+
+// maxAddrs bounds the addresses a connSet remembers (the primary, and the
+// primaries before it).
+const maxAddrs = 8
 
 // track adds c to the set until it is closed, and returns the connection to
 // hand go-redis in its place: c's own methods, and SyscallConn when c has
@@ -64,9 +82,21 @@ func (cs *connSet) track(c net.Conn) net.Conn {
 	t := &trackedConn{Conn: c, set: cs}
 	cs.mu.Lock()
 	if cs.open == nil {
-		cs.open = map[*trackedConn]struct{}{}
+		cs.open, cs.addrs = map[*trackedConn]struct{}{}, map[string]time.Time{}
 	}
 	cs.open[t] = struct{}{}
+	if a := c.RemoteAddr(); a != nil {
+		cs.addrs[a.String()] = time.Now()
+		if len(cs.addrs) > maxAddrs {
+			oldest := ""
+			for k, at := range cs.addrs {
+				if oldest == "" || at.Before(cs.addrs[oldest]) {
+					oldest = k
+				}
+			}
+			delete(cs.addrs, oldest)
+		}
+	}
 	cs.mu.Unlock()
 	if sc, ok := c.(syscall.Conn); ok {
 		return &trackedSysConn{trackedConn: t, sc: sc}
@@ -88,6 +118,22 @@ func (cs *connSet) closeAll() int {
 		_ = t.Conn.Close()
 	}
 	return len(open)
+}
+
+// recentAddrs returns the remote addresses connections reached lately,
+// the latest first (none in a nil set).
+func (cs *connSet) recentAddrs() []string {
+	if cs == nil {
+		return nil
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	out := make([]string, 0, len(cs.addrs))
+	for a := range cs.addrs {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b string) int { return cs.addrs[b].Compare(cs.addrs[a]) })
+	return out
 }
 
 func (cs *connSet) remove(t *trackedConn) {
@@ -151,4 +197,71 @@ func parseReplication(info string) replication {
 // primary, with the replication ID cur took over when it was promoted.
 func replaced(old, cur replication) bool {
 	return old.role == "master" && old.id != "" && old.id == cur.prev
+}
+
+// markReplaced writes in aguard:replaced, on the primary whose run_id is
+// old if this Store can still reach it, that it was replaced: a replica
+// whose Sentinel has not named the new primary yet reads nothing there
+// from then on (readViewOnce), since what this Store writes next goes to
+// the new primary. The old primary's addresses are the ones the Store's
+// connections reached lately; behind a proxy or a managed endpoint, which
+// reaches the new primary now, there is none to mark. The key lives as
+// long as the Store refuses the old primary (replacedHold), and is gone
+// when the old primary follows the new one (its data is then the new
+// one's).
+func (s *Store) markReplaced(old string) {
+	if old == "" || s.serverOpts == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), markTimeout)
+	defer cancel()
+	for _, addr := range s.conns.recentAddrs() {
+		if ctx.Err() != nil {
+			return
+		}
+		if s.markReplacedAt(ctx, addr, old) {
+			s.log.Info("marked the redis primary a failover replaced, so that replicas still on it read nothing there", "addr", addr, "run_id", old)
+			return
+		}
+	}
+}
+
+// markReplacedAt marks the server at addr replaced if its run_id is old.
+func (s *Store) markReplacedAt(ctx context.Context, addr, old string) bool {
+	c := redis.NewClient(s.serverOpts(addr))
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return false
+	}
+	if id, _ := parseInfo(info); id != old {
+		return false
+	}
+	return c.Set(ctx, s.ks.replacedKey(), old, replacedHold).Err() == nil
+}
+
+// fenceOld closes every connection this Store has open and marks the
+// primary whose run_id is old replaced, then lets the commands waiting on
+// marking (those that reached the new primary meanwhile) go on.
+func (s *Store) fenceOld(old string, marking chan struct{}) {
+	s.conns.closeAll()
+	s.markReplaced(old)
+	l := &s.loss
+	l.mu.Lock()
+	if l.primary.marking == marking {
+		l.primary.marking = nil
+	}
+	l.mu.Unlock()
+	close(marking)
+}
+
+// replacedHere reports whether vals, the MGET of aguard:replaced on the
+// server a read reached, marks that server replaced: it names the primary
+// this Store takes for the current one.
+func (s *Store) replacedHere(vals []any) bool {
+	if len(vals) != 1 {
+		return false
+	}
+	id, ok := vals[0].(string)
+	return ok && id != "" && id == s.primaryID()
 }

@@ -248,7 +248,8 @@ func (s *Store) beat(ctx context.Context) {
 		return
 	}
 	var causes []lossCause
-	fence := false
+	var marking chan struct{}
+	old := ""
 	if restarted, evicted := compareMasters(l.masters, masters); restarted || evicted {
 		if restarted {
 			causes = append(causes, causeRestart)
@@ -257,7 +258,9 @@ func (s *Store) beat(ctx context.Context) {
 					l.primary.barrier = id
 				}
 				l.primary.changes++
-				fence = true
+				old = l.primaryID()
+				marking = make(chan struct{})
+				l.primary.marking = marking
 			}
 		}
 		if evicted {
@@ -280,8 +283,8 @@ func (s *Store) beat(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
-	if fence { // as onConnect does (fence.go)
-		s.conns.closeAll()
+	if marking != nil { // as onConnect does
+		s.fenceOld(old, marking)
 	}
 	for _, c := range causes {
 		s.lost(c)

@@ -88,6 +88,10 @@ type primaryState struct {
 	// this Store first saw that replication ID (fence.go).
 	repl      replication
 	replSince time.Time
+	// marking, while this Store closes its connections and marks the old
+	// primary replaced (fenceOld), is closed once it is done: commands
+	// that reach the new primary meanwhile wait for it.
+	marking chan struct{}
 }
 
 // setRepl records r as the primary's replication; l.mu is held.
@@ -132,12 +136,21 @@ func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 		return nil
 	}
 	id, _ := parseInfo(info)
-	switch s.primaryChanged(id, parseReplication(info)) {
+	seen, old, marking := s.primaryChanged(id, parseReplication(info))
+	switch seen {
 	case primaryOld:
 		return fmt.Errorf("state: run_id %s: %w", id, errOldPrimary)
 	case primaryNew:
-		s.conns.closeAll()
+		s.fenceOld(old, marking)
 		s.lost(causeRestart)
+	case primarySame:
+		if marking != nil {
+			select {
+			case <-marking:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 	}
 	return nil
 }
@@ -145,26 +158,39 @@ func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 // primaryChanged tells what the server with run_id id and replication r
 // is: the primary seen so far, the one a failover replaced, or a new
 // primary, one this Store did not see at its last beat. It then takes id
-// as the primary, and raises the barrier until the live replicas have
-// caught up with it.
-func (s *Store) primaryChanged(id string, r replication) primarySeen {
+// as the primary, raises the barrier until the live replicas have caught
+// up with it, and returns the run_id of the primary before, and the
+// channel to close once the caller has fenced it (fenceOld). For the
+// primary seen so far, marking is the channel to wait on first, if the
+// Store is still fencing the one before.
+func (s *Store) primaryChanged(id string, r replication) (seen primarySeen, old string, marking chan struct{}) {
 	l := &s.loss
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if id == "" || len(l.masters) == 0 {
-		return primarySame
+		return primarySame, "", l.primary.marking
 	}
 	if _, ok := l.masters[id]; ok {
-		return primarySame
+		return primarySame, "", l.primary.marking
 	}
 	if l.primary.replacedBy(r) {
-		return primaryOld
+		return primaryOld, "", nil
 	}
+	old = l.primaryID()
 	l.masters = map[string]int64{id: -1}
 	l.primary.setRepl(r)
 	l.primary.barrier = id
 	l.primary.changes++
-	return primaryNew
+	l.primary.marking = make(chan struct{})
+	return primaryNew, old, l.primary.marking
+}
+
+// primaryID is the run_id of the primary this Store saw last ("" on a
+// cluster, or before the first beat).
+func (s *Store) primaryID() string {
+	s.loss.mu.Lock()
+	defer s.loss.mu.Unlock()
+	return s.loss.primaryID()
 }
 
 // primaryChanges is how many new primaries this Store has seen.

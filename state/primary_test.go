@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -342,4 +343,59 @@ func TestAConnectionThatReachesTheReplacedPrimaryIsRefused(t *testing.T) {
 	if got := metricValue(t, lost); got != 1 {
 		t.Errorf("the Store counted %v losses by restart, want 1: the old primary taken for a new one", got)
 	}
+}
+
+// TestAReplicaStillOnTheOldPrimaryDoesNotReadWhatTheNewOneLacks fails the
+// primary over (SENTINEL FAILOVER, three real redis-sentinel processes)
+// under two replicas that hear of it at different times: B's only
+// sentinel is frozen, so B's connections stay on the old primary, which
+// takes writes and answers reads until Sentinel makes it follow the new
+// one. A sees the new primary and records a run that leaves a call pending
+// there. B must not read the thread from the old primary, where the call
+// is missing: it would let the thread's next run through without the
+// answer, or take the answer for one to a call it does not know and record
+// nothing. Once B's sentinel names the new primary, B reads the call.
+func TestAReplicaStillOnTheOldPrimaryDoesNotReadWhatTheNewOneLacks(t *testing.T) {
+	ss := redistest.StartSentinels(t)
+	ctx := context.Background()
+	a := openStore(t, Options{RedisURL: ss.URLOf(0, 1), RedisMode: ModeSentinel, heartbeat: time.Hour, sweep: time.Hour})
+	b := openStore(t, Options{RedisURL: ss.URLOf(2), RedisMode: ModeSentinel, heartbeat: time.Hour, sweep: time.Hour})
+	await.For(t, "the first heartbeats", func() bool { return a.markerSet() && b.markerSet() })
+	th := "t-lagging-replica"
+	if err := a.PutCallsSync(ctx, nil, &Thread{ID: th, LastRunID: "r0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReadThread(ctx, th, nil); err != nil { // B holds the thread as it was
+		t.Fatal(err)
+	}
+
+	ss.Freeze(t, 2)
+	ss.Failover(t)
+	lost := a.met.dataLost.WithLabelValues(string(causeRestart))
+	await.For(t, "A to see the new primary", func() bool {
+		_ = a.rdb.Ping(ctx).Err() // go-redis dials the new primary once it has heard of it
+		return metricValue(t, lost) == 1
+	})
+	c := newCall("c1", th, StatusExecuting, t0)
+	if err := a.PutCallsSync(ctx, []*ToolCall{c}, &Thread{ID: th, LastRunID: "r1", PendingCalls: []string{"c1"}}); err != nil {
+		t.Fatal(err)
+	}
+	old := rawClient(t, ss.Replica)
+	if got := old.HGet(ctx, callKey(Ref{th, "c1"}), "s").Val(); got != "" {
+		t.Fatalf("the old primary has the call A recorded after it saw the new one (%q)", got)
+	}
+
+	v, err := b.ReadThread(ctx, th, []string{"c1"})
+	if err == nil {
+		t.Fatalf("B read the thread from the old primary, which lacks the call A left pending: pending %v, call %v",
+			v.Thread.PendingCalls, v.calls["c1"])
+	}
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, errReplaced) {
+		t.Fatalf("B's read from the old primary: %v; want it refused (ErrUnavailable, errReplaced)", err)
+	}
+	ss.Thaw(t, 2)
+	await.For(t, "B to read the call A left pending, from the new primary", func() bool {
+		v, err := b.ReadThread(ctx, th, []string{"c1"})
+		return err == nil && slices.Equal(v.Thread.PendingCalls, []string{"c1"}) && v.calls["c1"] != nil
+	})
 }

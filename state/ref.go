@@ -178,3 +178,4 @@ func (k keyspace) markerKey(replica string) string          { return k.reg + "re
 func (k keyspace) runsKey(replica string) string            { return k.reg + "runs:" + replica }
 func (k keyspace) recoveringKey() string                    { return k.reg + "recovering" }
 func (k keyspace) primaryKey() string                       { return k.reg + "primary" }
+func (k keyspace) replacedKey() string                      { return k.reg + "replaced" }

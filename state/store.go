@@ -197,11 +197,13 @@ type Store struct {
 	bulk    redis.UniversalClient
 	cluster bool     // rdb is a Redis Cluster's client
 	conns   *connSet // rdb's and bulk's connections on one Redis (fence.go)
-	ks      keyspace // names of the keys apart from the threads'
-	scripts *scripts
-	ps      *redis.PubSub
-	origin  string // this Store's replica id
-	channel string
+	// serverOpts configures a client of one server (nil on a cluster).
+	serverOpts func(addr string) *redis.Options
+	ks         keyspace // names of the keys apart from the threads'
+	scripts    *scripts
+	ps         *redis.PubSub
+	origin     string // this Store's replica id
+	channel    string
 
 	mu       sync.Mutex // guards q, downErr, progress, dropping
 	q        *queue
@@ -350,7 +352,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	}
 	s.channel = invalidateChannel + strconv.Itoa(rc.db)
 	s.scripts = newScripts()
-	s.rdb, s.bulk, s.cluster, s.conns = rc.rdb, rc.bulk, rc.cluster, conns
+	s.rdb, s.bulk, s.cluster, s.conns, s.serverOpts = rc.rdb, rc.bulk, rc.cluster, conns, rc.serverOpts
 	s.ks = newKeyspace(rc.cluster)
 	s.rdb.AddHook(slowHook{s}) // the bulk client's round trips grow with their size: not timed
 	for _, h := range opt.Hooks {

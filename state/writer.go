@@ -166,7 +166,7 @@ func (s *Store) gather() bool {
 // answering with an error about this particular command or data.
 func (s *Store) unreachable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil || errors.Is(err, errConflict) || errors.Is(err, errCorrupt) || errors.Is(err, ErrTransition) || errors.Is(err, errSlow) ||
-		errors.Is(err, errNotCaughtUp) {
+		errors.Is(err, errNotCaughtUp) || errors.Is(err, errReplaced) {
 		return false
 	}
 	return !permanent(err)
