@@ -56,6 +56,8 @@
 //	aguard:recovering                HASH   replica -> Unix ms, while it writes back after a loss
 //	aguard:primary                   HASH   replica -> run_id of the primary it has caught up with
 //	                                        (see "When the primary changes")
+//	aguard:replaced                  STRING on a primary a failover replaced, its own run_id, for a
+//	                                        minute (see "When the primary changes")
 //	aguard:invalidate:<db>           pub/sub, one message per write: "<origin>" then
 //	                                        "<version> <member>" per record or thread written
 //
@@ -179,7 +181,10 @@
 // so the first to see it closes every connection the Store has open before
 // the write-back, and a new one that still reaches the old primary (whose
 // replication ID the new one took over) is refused: nothing the Store
-// writes after the change lands on the old primary. On a Redis Cluster
+// writes after the change lands on the old primary. Before it writes to the
+// new primary, it marks the old one replaced (aguard:replaced), so that a
+// replica that has not heard of the failover yet reads nothing there. On a
+// Redis Cluster
 // a master replaced is noticed at the next beat, without that wait.
 //
 // # Deadlines and lost runs
