@@ -85,6 +85,9 @@ func TestLinkFollowMovesNewConnectionsOnly(t *testing.T) {
 	}
 	defer open.Close()
 	rd := bufio.NewReader(open)
+	if got := tcpPort(t, open, rd); got != strconv.Itoa(a.port) { // relayed: the link has dialed a
+		t.Fatalf("the connection reaches port %s, want %d", got, a.port)
+	}
 	l.Follow(b)
 	if got := tcpPort(t, open, rd); got != strconv.Itoa(a.port) {
 		t.Fatalf("the connection opened before Follow reaches port %s, want %d", got, a.port)
