@@ -39,6 +39,14 @@ import (
 // https://redis.io/docs/latest/operate/oss_and_stack/management/replication/#replication-id-explained).
 // No write pays for this: the check runs once per new connection, and the
 // INFO it reads is the one the run_id comes from.
+//
+// Other replicas hear of the failover later, each go-redis client from the
+// one sentinel it subscribed to, and read the old primary meanwhile; what
+// this Store writes to the new one is missing there (a call it has just
+// left pending). So before anything it writes reaches the new primary, it
+// marks the old one replaced (markReplaced: aguard:replaced, its own
+// run_id), and a Store that finds its primary so marked in a thread read
+// refuses the read and closes its connections (readViewOnce).
 
 // replacedHold bounds how long after taking a new primary a Store refuses
 // the one it replaced. Sentinel reconfigures the old primary as a replica
