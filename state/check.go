@@ -180,9 +180,10 @@ func (s *Store) readViewOnce(ctx context.Context, v *ThreadView, ids []string) e
 	if xcmd != nil && s.replacedHere(xcmd.Val()) {
 		// Another replica saw a failover replace the primary this Store
 		// reads, and writes to the new one: what is read here may lack it
-		// (fence.go). The connections go, so that the next command asks
-		// for the primary again.
-		s.conns.closeAll()
+		// (fence.go). The connections stay: closing them would fail the
+		// commands on them, and a Store whose commands fail serves from
+		// memory, which lags as much; go-redis moves them once this
+		// client's sentinel names the new primary.
 		return fmt.Errorf("%w: %w", ErrUnavailable, errReplaced)
 	}
 	if mcmd.Val() == 0 && s.markerSet() {

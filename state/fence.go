@@ -46,7 +46,7 @@ import (
 // left pending). So before anything it writes reaches the new primary, it
 // marks the old one replaced (markReplaced: aguard:replaced, its own
 // run_id), and a Store that finds its primary so marked in a thread read
-// refuses the read and closes its connections (readViewOnce).
+// refuses the read (readViewOnce) until its client moves.
 
 // replacedHold bounds how long after taking a new primary a Store refuses
 // the one it replaced. Sentinel reconfigures the old primary as a replica
