@@ -178,14 +178,14 @@
 // acknowledged just before the change was seen, whose acknowledgement has
 // not reached memory yet, is waited for before the write-back takes its
 // snapshot. The Store's connections reach the new primary one at a time,
-// so the first to see it closes every connection the Store has open before
-// the write-back, and a new one that still reaches the old primary (whose
-// replication ID the new one took over) is refused: nothing the Store
-// writes after the change lands on the old primary. Before it writes to the
-// new primary, it marks the old one replaced (aguard:replaced), so that a
-// replica that has not heard of the failover yet reads nothing there. On a
-// Redis Cluster
-// a master replaced is noticed at the next beat, without that wait.
+// so the first to see it closes, before the write-back, every connection
+// the Store has open but those it knows to reach the new primary, and a
+// new one that still reaches the old primary (whose replication ID the new
+// one took over) is refused: nothing the Store writes after the change
+// lands on the old primary. Before it writes to the new primary, it marks
+// the old one replaced (aguard:replaced), so that a replica that has not
+// heard of the failover yet reads nothing there. On a Redis Cluster a
+// master replaced is noticed at the next beat, without that wait.
 //
 // # Deadlines and lost runs
 //

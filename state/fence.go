@@ -27,15 +27,18 @@ import (
 // its caller was told it landed: an answered call would stay EXECUTING.
 //
 // So the first command that reaches a new primary (onConnect, or the beat)
-// closes every connection this Store has open, in every client and pool
-// (connSet.closeAll), before the loss it counts is written back: go-redis
-// drops a closed idle connection at its next health check and redials, and
-// a command on a closed busy one fails, to be retried or queued (writes
-// sent before the close are in flight, and the write-back waits for them:
-// inflight.go). A connection that still reaches the old primary after that
-// is refused before it serves anything (onConnect, errOldPrimary), for up
-// to replacedHold: its replication ID is the one the new primary took over
-// as its previous one (master_replid2; see
+// closes the connections this Store has open, in every client and pool,
+// before the loss it counts is written back, but for those it knows to
+// reach the new primary (connSet.closeOthers): its own, found by its two
+// ends as the server names them, and with Sentinel the others to the same
+// address. go-redis drops a closed idle connection at its next health
+// check and redials, and a command on a closed busy one fails, to be
+// retried or queued (writes sent before the close are in flight, and the
+// write-back waits for them: inflight.go). A connection that still
+// reaches the old primary after that is refused before it serves anything
+// (onConnect, errOldPrimary), for up to replacedHold: its replication ID
+// is the one the new primary took over as its previous one
+// (master_replid2; see
 // https://redis.io/docs/latest/operate/oss_and_stack/management/replication/#replication-id-explained).
 // No write pays for this: the check runs once per new connection, and the
 // INFO it reads is the one the run_id comes from.
@@ -73,6 +76,15 @@ var errOldPrimary = errors.New("redis server is the primary a failover replaced;
 // connSet is the Redis connections a Store's clients have open, and the
 // addresses they reached lately.
 type connSet struct {
+	// byAddr says that a connection's remote address names the server it
+	// reaches, as with Sentinel: go-redis dials the address a sentinel
+	// names, and closes its own connections to a replaced primary by that
+	// address (go-redis sentinel.go, onFailover). Behind one endpoint
+	// (ModeSingle) it may not: an address that moves with the primary, or
+	// a load balancer that keeps each connection on the server it chose,
+	// reaches the old primary and the new one alike.
+	byAddr bool
+
 	mu    sync.Mutex
 	open  map[*trackedConn]struct{}
 	addrs map[string]time.Time // remote address -> when a connection to it was last made
@@ -112,20 +124,55 @@ func (cs *connSet) track(c net.Conn) net.Conn {
 	return t
 }
 
-// closeAll closes every connection in the set (none in a nil set), and
-// returns how many.
-func (cs *connSet) closeAll() int {
+// connEnds names a connection by its two ends as the server sees them
+// (CLIENT INFO's addr and laddr): the client's address and its own.
+type connEnds struct{ client, server string }
+
+// ends is t's two ends as this side sees them ("" for one it lacks).
+func (t *trackedConn) ends() connEnds {
+	var e connEnds
+	if a := t.LocalAddr(); a != nil {
+		e.client = a.String()
+	}
+	if a := t.RemoteAddr(); a != nil {
+		e.server = a.String()
+	}
+	return e
+}
+
+// closeOthers closes every connection in the set (none in a nil set) but
+// the one whose ends are keep and, when the set goes by address (byAddr),
+// the others to the same server address, and returns how many it closed.
+// When no connection has keep's ends (keep is zero, or a proxy or NAT
+// stands between, so that the two sides name the ends differently), it
+// closes them all.
+func (cs *connSet) closeOthers(keep connEnds) int {
 	if cs == nil {
 		return 0
 	}
 	cs.mu.Lock()
-	open := cs.open
-	cs.open = nil
+	found := false
+	if keep.client != "" && keep.server != "" {
+		for t := range cs.open {
+			if t.ends() == keep {
+				found = true
+				break
+			}
+		}
+	}
+	var closing []*trackedConn
+	for t := range cs.open {
+		if e := t.ends(); found && (e == keep || cs.byAddr && e.server == keep.server) {
+			continue
+		}
+		closing = append(closing, t)
+		delete(cs.open, t)
+	}
 	cs.mu.Unlock()
-	for t := range open {
+	for _, t := range closing {
 		_ = t.Conn.Close()
 	}
-	return len(open)
+	return len(closing)
 }
 
 // recentAddrs returns the remote addresses connections reached lately,
@@ -248,11 +295,17 @@ func (s *Store) markReplacedAt(ctx context.Context, addr, old string) bool {
 	return c.Set(ctx, s.ks.replacedKey(), old, replacedHold).Err() == nil
 }
 
-// fenceOld closes every connection this Store has open and marks the
-// primary whose run_id is old replaced, then lets the commands waiting on
-// marking (those that reached the new primary meanwhile) go on.
-func (s *Store) fenceOld(old string, marking chan struct{}) {
-	s.conns.closeAll()
+// fenceOld closes every connection this Store has open but the one whose
+// ends are cur, the first to reach the new primary (zero when none is
+// known), and with Sentinel the others to the new primary's address
+// (connSet.closeOthers); it then marks the primary whose run_id is old
+// replaced, and lets the commands waiting on marking (those that reached
+// the new primary meanwhile) go on. A connection to the new primary is
+// spared because a command on a closed one fails without a retry (go-redis
+// error.go, shouldRetry), and a Store whose commands fail serves from
+// memory, which lags what other replicas write.
+func (s *Store) fenceOld(old string, cur connEnds, marking chan struct{}) {
+	s.conns.closeOthers(cur)
 	s.markReplaced(old)
 	l := &s.loss
 	l.mu.Lock()
@@ -272,4 +325,25 @@ func (s *Store) replacedHere(vals []any) bool {
 	}
 	id, ok := vals[0].(string)
 	return ok && id != "" && id == s.primaryID()
+}
+
+// endsOf names cn by its two ends as the server sees them (CLIENT INFO
+// addr and laddr); zero if the server does not say.
+func endsOf(ctx context.Context, cn *redis.Conn) connEnds {
+	info, err := cn.Do(ctx, "CLIENT", "INFO").Text()
+	if err != nil {
+		return connEnds{}
+	}
+	var e connEnds
+	for _, f := range strings.Fields(info) {
+		if v, ok := strings.CutPrefix(f, "addr="); ok {
+			e.client = v
+		} else if v, ok := strings.CutPrefix(f, "laddr="); ok {
+			e.server = v
+		}
+	}
+	if e.client == "" || e.server == "" {
+		return connEnds{}
+	}
+	return e
 }

@@ -22,8 +22,9 @@ import (
 // begun after that are not waited for: once a loss is detected they reach
 // the server that is now the primary (the first command to reach a new
 // primary, which detects the change, closes every connection this Store
-// has open before the loss is written back, and a connection that still
-// reaches the old primary afterwards is refused; see fence.go).
+// has open but those known to reach the new primary before the loss is
+// written back, and a connection that still reaches the old primary
+// afterwards is refused; see fence.go).
 
 // inflight counts the writes between their send and the moment their
 // acknowledgement is in memory, by the settle round they began in.

@@ -283,8 +283,8 @@ func (s *Store) beat(ctx context.Context) {
 		}
 	}
 	l.mu.Unlock()
-	if marking != nil { // as onConnect does
-		s.fenceOld(old, marking)
+	if marking != nil { // as onConnect does; which connection reached the new primary is not known here
+		s.fenceOld(old, connEnds{}, marking)
 	}
 	for _, c := range causes {
 		s.lost(c)

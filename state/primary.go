@@ -22,9 +22,10 @@ import (
 //   - every new connection asks the server for its run_id before it serves
 //     anything (onConnect): a run_id other than the primary's seen so far
 //     is a loss (cause "restart"), counted at once, not at the next beat;
-//   - the Store then closes every connection it has open, and refuses a
-//     new one that still reaches the old primary (fence.go), so that
-//     nothing it writes from then on can land there;
+//   - the Store then closes every connection it has open but those known
+//     to reach the new primary, and refuses a new one that still reaches
+//     the old primary (fence.go), so that nothing it writes from then on
+//     can land there;
 //   - each replica writes back what it holds, as for any loss, and then
 //     says in aguard:primary (replica id -> run_id) which primary it has
 //     caught up with; it says so at each beat too, while it has no loss to
@@ -121,12 +122,13 @@ const (
 // onConnect is the OnConnect hook of a Store's clients on one Redis: it
 // reads the server's run_id and replication. A new primary (a run_id other
 // than the primary's seen so far) is a loss: every connection open until
-// then is closed, this one too (its command is retried on a new one), and
-// the loss is counted at once, not at the next beat. The primary a failover
-// this Store saw replaced is refused (errOldPrimary). A server that does
-// not answer INFO (a managed Redis may hide it) is taken as it is, and so
-// is a sentinel (go-redis runs the hook on its connections to the sentinels
-// too).
+// then is closed but those known to reach the new primary, this one among
+// them (fenceOld), and the loss is counted at once, not at the next beat.
+// Behind a proxy or NAT, where this one cannot be told apart, it is closed
+// too, as a busy one is. The primary a failover this Store saw replaced is
+// refused (errOldPrimary). A server that does not answer INFO (a managed
+// Redis may hide it) is taken as it is, and so is a sentinel (go-redis
+// runs the hook on its connections to the sentinels too).
 func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if s == nil || s.scripts == nil { // still opening
 		return nil
@@ -141,7 +143,7 @@ func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 	case primaryOld:
 		return fmt.Errorf("state: run_id %s: %w", id, errOldPrimary)
 	case primaryNew:
-		s.fenceOld(old, marking)
+		s.fenceOld(old, endsOf(ctx, cn), marking)
 		s.lost(causeRestart)
 	case primarySame:
 		if marking != nil {

@@ -296,7 +296,7 @@ func Open(ctx context.Context, opt Options) (*Store, error) {
 	// happen.
 	var s *Store
 	var rc *redisClients
-	conns := &connSet{}
+	conns := &connSet{byAddr: opt.RedisMode == ModeSentinel}
 	if opt.RedisURL != "" {
 		var err error
 		onConnect := func(ctx context.Context, cn *redis.Conn) error { return s.onConnect(ctx, cn) }
