@@ -21,7 +21,12 @@
 // (or since the last reclaim) and then less than Options.QuietBytes over
 // Options.Quiet, it collects twice and returns the free memory to the
 // operating system (runtime.GC, debug.FreeOSMemory): once per burst. Under
-// load it never runs; the collector paces itself as usual.
+// a load that allocates more than QuietBytes per Quiet it never runs, and
+// the collector paces itself as usual. Quiet is judged by allocation only:
+// streams that carry events without allocating (package rawio) look quiet,
+// so it runs once after a burst of them too, and a load allocating about
+// QuietBytes per Quiet triggers it now and then, at most once per
+// MinReclaim allocated.
 //
 // It does not bound memory (package membudget does) and does not change
 // GOGC or the soft memory limit.
