@@ -270,10 +270,9 @@ func (s *Store) masterInfo(ctx context.Context) (map[string]int64, error) {
 		if err != nil {
 			return err
 		}
-		id, evicted := parseInfo(info)
-		if id != "" {
+		if si := parseInfo(info); si.runID != "" {
 			mu.Lock()
-			out[id] = evicted
+			out[si.runID] = si.evicted
 			mu.Unlock()
 		}
 		return nil

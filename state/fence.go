@@ -227,26 +227,6 @@ type replication struct {
 	role, id, prev string
 }
 
-// parseReplication reads role, master_replid and master_replid2 from an
-// INFO reply (empty when absent).
-func parseReplication(info string) replication {
-	var r replication
-	for line := range strings.Lines(info) {
-		line = strings.TrimSpace(line)
-		if v, ok := strings.CutPrefix(line, "role:"); ok {
-			r.role = v
-		} else if v, ok := strings.CutPrefix(line, "master_replid:"); ok {
-			r.id = v
-		} else if v, ok := strings.CutPrefix(line, "master_replid2:"); ok {
-			if strings.Trim(v, "0") == "" {
-				v = ""
-			}
-			r.prev = v
-		}
-	}
-	return r
-}
-
 // replaced reports whether a server whose replication is old has been
 // replaced by the primary whose replication is cur: old is still a
 // primary, with the replication ID cur took over when it was promoted.
@@ -289,7 +269,7 @@ func (s *Store) markReplacedAt(ctx context.Context, addr, old string) bool {
 	if err != nil {
 		return false
 	}
-	if id, _ := parseInfo(info); id != old {
+	if parseInfo(info).runID != old {
 		return false
 	}
 	return c.Set(ctx, s.ks.replacedKey(), old, replacedHold).Err() == nil

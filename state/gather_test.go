@@ -155,7 +155,7 @@ func failOverTo(t *testing.T, s *Store, link *redistest.Link, promoted *redistes
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, _ := parseInfo(info)
+	id := parseInfo(info).runID
 	await.For(t, "the replica to say it caught up with the new primary", func() bool {
 		return pc.HGet(ctx, s.ks.primaryKey(), s.origin).Val() == id
 	})

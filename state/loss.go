@@ -226,9 +226,9 @@ func (s *Store) beat(ctx context.Context) {
 	switch {
 	case err != nil:
 	case info != nil:
-		id, evicted := parseInfo(info.Val())
-		masters = map[string]int64{id: evicted}
-		repl = parseReplication(info.Val())
+		si := parseInfo(info.Val())
+		masters = map[string]int64{si.runID: si.evicted}
+		repl = si.repl
 	default: // a cluster: every master's INFO, at once
 		masters, err = s.masterInfo(ctx)
 	}
@@ -315,21 +315,43 @@ func compareMasters(before, now map[string]int64) (restarted, evicted bool) {
 	return restarted, evicted
 }
 
-// parseInfo reads run_id and evicted_keys from an INFO reply (-1 when
-// absent).
-func parseInfo(info string) (runID string, evicted int64) {
-	evicted = -1
+// serverInfo is what a Store reads of an INFO reply: the server's run_id,
+// its evicted_keys (-1 when absent), and its replication (fence.go; empty
+// when the reply lacks that section).
+type serverInfo struct {
+	runID   string
+	evicted int64
+	repl    replication
+}
+
+// parseInfo reads an INFO reply in one pass.
+func parseInfo(info string) serverInfo {
+	si := serverInfo{evicted: -1}
 	for line := range strings.Lines(info) {
 		line = strings.TrimSpace(line)
-		if v, ok := strings.CutPrefix(line, "run_id:"); ok {
-			runID = v
-		} else if v, ok := strings.CutPrefix(line, "evicted_keys:"); ok {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "run_id":
+			si.runID = v
+		case "evicted_keys":
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				evicted = n
+				si.evicted = n
 			}
+		case "role":
+			si.repl.role = v
+		case "master_replid":
+			si.repl.id = v
+		case "master_replid2":
+			if strings.Trim(v, "0") == "" {
+				v = ""
+			}
+			si.repl.prev = v
 		}
 	}
-	return runID, evicted
+	return si
 }
 
 // writeBackGroup bounds the records of one restore script call, and

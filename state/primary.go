@@ -137,8 +137,9 @@ func (s *Store) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if err != nil || strings.Contains(info, "redis_mode:sentinel") {
 		return nil
 	}
-	id, _ := parseInfo(info)
-	seen, old, marking := s.primaryChanged(id, parseReplication(info))
+	si := parseInfo(info)
+	id := si.runID
+	seen, old, marking := s.primaryChanged(id, si.repl)
 	switch seen {
 	case primaryOld:
 		return fmt.Errorf("state: run_id %s: %w", id, errOldPrimary)

@@ -277,7 +277,7 @@ func TestNoWriteReachesTheOldPrimaryOnceTheNewOneIsSeen(t *testing.T) {
 	if err := a.rdb.Ping(ctx).Err(); err != nil { // a new connection: to the new primary
 		t.Fatal(err)
 	}
-	newID, _ := parseInfo(pc.Info(ctx, "server").Val())
+	newID := parseInfo(pc.Info(ctx, "server").Val()).runID
 	await.For(t, "the Store to write back and mark itself caught up with the new primary", func() bool {
 		a.loss.mu.Lock()
 		done := a.loss.completed && !a.loss.pending && !a.loss.writing
