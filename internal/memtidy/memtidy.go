@@ -16,17 +16,20 @@
 // only over two collections, and the stacks of the goroutines that served
 // the burst keep the size they grew to until a collection shrinks them.
 //
-// A Tidy reads the runtime's allocation counter every Options.Every. Once
-// the process has allocated at least Options.MinReclaim since it started
-// (or since the last reclaim) and then less than Options.QuietBytes over
-// Options.Quiet, it collects twice and returns the free memory to the
-// operating system (runtime.GC, debug.FreeOSMemory): once per burst. Under
-// a load that allocates more than QuietBytes per Quiet it never runs, and
-// the collector paces itself as usual. Quiet is judged by allocation only:
-// streams that carry events without allocating (package rawio) look quiet,
-// so it runs once after a burst of them too, and a load allocating about
-// QuietBytes per Quiet triggers it now and then, at most once per
-// MinReclaim allocated.
+// A Tidy reads the runtime's allocation counter every Options.Every. The
+// first time the process allocates less than Options.QuietBytes over
+// Options.Quiet after Start, it collects twice and returns the free memory
+// to the operating system (runtime.GC, debug.FreeOSMemory): start-up —
+// reading the configuration, compiling the policy — leaves a few MiB of
+// garbage and free heap that would otherwise stay resident under the
+// collector's goal. After that, once the process has allocated at least
+// Options.MinReclaim since the last reclaim and is quiet again, it
+// reclaims again: once per burst. Under a load that allocates more than
+// QuietBytes per Quiet it never runs, and the collector paces itself as
+// usual. Quiet is judged by allocation only: streams that carry events
+// without allocating (package rawio) look quiet, so it runs once after a
+// burst of them too, and a load allocating about QuietBytes per Quiet
+// triggers it now and then, at most once per MinReclaim allocated.
 //
 // It does not bound memory (package membudget does) and does not change
 // GOGC or the soft memory limit.
@@ -51,8 +54,9 @@ type Options struct {
 	Quiet time.Duration
 	// QuietBytes is the allocation over Quiet still counted as quiet (1 MiB).
 	QuietBytes uint64
-	// MinReclaim is the allocation since the start or the last reclaim
-	// that makes a burst worth reclaiming after (8 MiB).
+	// MinReclaim is the allocation since the last reclaim that makes a
+	// burst worth reclaiming after (8 MiB). The first reclaim, after
+	// start-up, needs none.
 	MinReclaim uint64
 	// Logger gets a debug record per reclaim; nil discards.
 	Logger *slog.Logger
@@ -162,10 +166,10 @@ func read() sample {
 
 // watch decides, from one sample every Options.Every, when to reclaim.
 type watch struct {
-	opt     Options
-	allocs  []uint64 // the allocation counter over the last Quiet, oldest first
-	last    uint64   // the allocation counter at the start or the last reclaim
-	started bool     // last is set
+	opt       Options
+	allocs    []uint64 // the allocation counter over the last Quiet, oldest first
+	last      uint64   // the allocation counter at the last reclaim
+	reclaimed bool     // a reclaim has happened (the first, after start-up, needs no burst)
 }
 
 func newWatch(opt Options) *watch {
@@ -180,17 +184,14 @@ func (w *watch) observe(s sample) bool {
 		w.allocs = w.allocs[:len(w.allocs)-1]
 	}
 	w.allocs = append(w.allocs, s.allocs)
-	if !w.started {
-		w.last, w.started = s.allocs, true
-	}
 	switch {
 	case len(w.allocs) < cap(w.allocs):
 		return false // not yet a whole Quiet of history
 	case s.allocs-w.allocs[0] >= w.opt.QuietBytes:
 		return false // busy
-	case s.allocs-w.last < w.opt.MinReclaim:
-		return false // no burst since the start or the last reclaim
+	case w.reclaimed && s.allocs-w.last < w.opt.MinReclaim:
+		return false // no burst since the last reclaim
 	}
-	w.last = s.allocs
+	w.last, w.reclaimed = s.allocs, true
 	return true
 }

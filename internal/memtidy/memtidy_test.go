@@ -49,10 +49,23 @@ func TestABusyProcessIsNotReclaimed(t *testing.T) {
 	}
 }
 
+func TestStartUpIsReclaimedOnceQuiet(t *testing.T) {
+	w := newWatch(testOptions)
+	// Start-up allocated before the first sample; nothing after it. The
+	// first whole Quiet reclaims, with no burst needed, and only once.
+	got := feed(w, 500, 500, 500, 500, 500, 500, 500, 500, 500)
+	if len(got) != 1 || got[0] != 4 {
+		t.Fatalf("reclaimed at samples %v, want [4] (the first with 4 s of history)", got)
+	}
+}
+
 func TestQuietWithoutABurstIsNotReclaimed(t *testing.T) {
 	w := newWatch(testOptions)
+	if got := feed(w, 0, 0, 0, 0, 0); len(got) != 1 {
+		t.Fatalf("start-up reclaims: %v, want one", got)
+	}
 	// Slow allocation: quiet at every sample, but 1,000 bytes since the
-	// start are reached only at the last sample.
+	// start-up reclaim are reached only at the last sample.
 	var allocs []uint64
 	for i := range 43 {
 		allocs = append(allocs, uint64(i)*24)
