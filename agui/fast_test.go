@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"math/bits"
@@ -133,6 +134,70 @@ func TestSpecialsFindTheFirstStringBreaker(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// textContentInputs: TEXT_MESSAGE_CONTENT bodies in the canonical order and
+// near it, valid and not.
+var textContentInputs = []string{
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"","delta":""}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a\"b\\c\u00e9\n"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m\"1","delta":"hi"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m\u0031","delta":"hi"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"bad \x escape"}`,
+	"{\"type\":\"TEXT_MESSAGE_CONTENT\",\"messageId\":\"m1\",\"delta\":\"raw \x01 control\"}",
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi"}}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi","x":1}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi","delta":"again"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"hi" }`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"unterminated}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":1}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"a"`,
+	`{"messageId":"m1","type":"TEXT_MESSAGE_CONTENT","delta":"hi"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","delta":"hi","messageId":"m1"}`,
+	`{"type":"TEXT_MESSAGE_CONTENTS","messageId":"m1","delta":"hi"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"\"}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m1","delta":"\\"}`,
+}
+
+// FuzzTextContentCanonical checks that the canonical-order reading agrees
+// with the general one: whatever it accepts, the general loop accepts with
+// the same id, and it accepts every canonical-order body the loop accepts.
+func FuzzTextContentCanonical(f *testing.F) {
+	for _, in := range textContentInputs {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' {
+			return
+		}
+		id, ok := textContentCanonical(data)
+		gid, gok := textContentMembers(data)
+		if ok && (!gok || string(id) != string(gid)) {
+			t.Fatalf("%q: canonical reading gives id %q, the general loop %q, %v", data, id, gid, gok)
+		}
+		head := `{"type":"TEXT_MESSAGE_CONTENT","messageId":"` + string(gid) + `","delta":"`
+		if gok && !ok && bytes.HasPrefix(data, []byte(head)) {
+			t.Fatalf("%q: in canonical order and accepted by the general loop, declined by the canonical reading", data)
+		}
+	})
+}
+
+func TestTextContentCanonicalReadsTheSDKOrder(t *testing.T) {
+	id, ok := textContentCanonical([]byte(textContentInputs[0]))
+	if !ok || string(id) != "m1" {
+		t.Fatalf("canonical body: id %q, %v; want m1, true", id, ok)
+	}
+	for _, in := range []string{textContentInputs[16], textContentInputs[17]} {
+		if _, ok := textContentCanonical([]byte(in)); ok {
+			t.Fatalf("%s: taken by the canonical reading, whose order it is not in", in)
+		}
+		if id, ok := textContentID([]byte(in)); !ok || string(id) != "m1" {
+			t.Fatalf("%s: textContentID gives %q, %v; want m1 from the general loop", in, id, ok)
 		}
 	}
 }
