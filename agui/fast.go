@@ -102,24 +102,31 @@ func textContentMembers(data []byte) (id []byte, ok bool) {
 // an event). It declines any other order, which textContentMembers reads.
 // data is known to begin with '{' and end with '}'.
 func textContentCanonical(data []byte) (id []byte, ok bool) {
-	const head, mid = `{"type":"TEXT_MESSAGE_CONTENT","messageId":"`, `,"delta":"`
-	if !bytes.HasPrefix(data, []byte(head)) {
+	if !bytes.HasPrefix(data, []byte(canonicalHead)) {
 		return nil, false
 	}
-	j, err := scanString(data, len(head)-1)
-	if err != nil || !bytes.HasPrefix(data[j:], []byte(mid)) {
+	j, err := scanString(data, len(canonicalHead)-1)
+	if err != nil || !bytes.HasPrefix(data[j:], []byte(canonicalMid)) {
 		return nil, false
 	}
-	id = data[len(head) : j-1]
+	id = data[len(canonicalHead) : j-1]
 	if bytes.IndexByte(id, '\\') >= 0 {
 		return nil, false
 	}
-	k, err := scanString(data, j+len(mid)-1)
+	// The delta must end just before the last byte, the closing brace.
+	k, err := scanString(data, j+len(canonicalMid)-1)
 	if err != nil || k != len(data)-1 {
-		return nil, false // data[k] is then the closing brace textContentID checked
+		return nil, false
 	}
 	return id, true
 }
+
+// The fixed parts of a TEXT_MESSAGE_CONTENT in the SDKs' member order:
+// what comes before the message id, and between it and the delta.
+const (
+	canonicalHead = `{"type":"TEXT_MESSAGE_CONTENT","messageId":"`
+	canonicalMid  = `,"delta":"`
+)
 
 // feedTextContent forwards data unchanged when it is a plain
 // TEXT_MESSAGE_CONTENT for a text message open in the active run, with no

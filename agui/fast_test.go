@@ -180,7 +180,7 @@ func FuzzTextContentCanonical(f *testing.F) {
 		if ok && (!gok || string(id) != string(gid)) {
 			t.Fatalf("%q: canonical reading gives id %q, the general loop %q, %v", data, id, gid, gok)
 		}
-		head := `{"type":"TEXT_MESSAGE_CONTENT","messageId":"` + string(gid) + `","delta":"`
+		head := canonicalHead + string(gid) + `"` + canonicalMid
 		if gok && !ok && bytes.HasPrefix(data, []byte(head)) {
 			t.Fatalf("%q: in canonical order and accepted by the general loop, declined by the canonical reading", data)
 		}
