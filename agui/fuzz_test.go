@@ -183,6 +183,13 @@ func FuzzStream(f *testing.F) {
 	f.Add([]byte{0, 0, 7, 4, 8, 0, 18, 9, 23, 1, 2, 1})
 	f.Add([]byte{0, 0, 36, 1, 37, 2, 1, 0, 0, 1, 39, 1, 41, 3, 1, 0})
 	f.Add([]byte{40, 1, 38, 0, 42, 1, 43, 2, 44, 3, 1, 0, 45, 0})
+	// A deprecated THINKING_START closes its subagent's chunked call, so
+	// the id-less chunk after it continues the other subagent's, the only
+	// one left open (the 1.0 client converts it to REASONING_START first).
+	f.Add([]byte(runStarted + "\n" + `{"type":"TOOL_CALL_CHUNK","toolCallId":"b","toolCallName":"search","delta":"{","subagentRunId":"s1"}` + "\n" +
+		`{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"confirm","delta":"{","subagentRunId":"s2"}` + "\n" +
+		`{"type":"THINKING_START","subagentRunId":"s1"}` + "\n" + `{"type":"TOOL_CALL_CHUNK","delta":"}"}`))
+	f.Add([]byte{0, 0, 46, 5, 13, 10, 24, 4, 14, 0})
 	// Held and hidden calls: agent-side calls answered, a frontend call, a
 	// snapshot and text while they are held, chunked calls, results whose
 	// message is a held call's parent; for several decider seeds.

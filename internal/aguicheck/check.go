@@ -30,8 +30,22 @@ var known = func() map[string]bool {
 		SUBAGENT_STARTED SUBAGENT_FINISHED SUBAGENT_ERROR`) {
 		m[t] = true
 	}
+	for t := range thinking {
+		m[t] = true
+	}
 	return m
 }()
+
+// thinking maps the deprecated THINKING_* events, which the 1.0 client's
+// compatibility layer still converts before chunk expansion, to the
+// reasoning events they become; read-only.
+var thinking = map[string]string{
+	"THINKING_START":                "REASONING_START",
+	"THINKING_END":                  "REASONING_END",
+	"THINKING_TEXT_MESSAGE_START":   "REASONING_MESSAGE_START",
+	"THINKING_TEXT_MESSAGE_CONTENT": "REASONING_MESSAGE_CONTENT",
+	"THINKING_TEXT_MESSAGE_END":     "REASONING_MESSAGE_END",
+}
 
 type pend struct {
 	kind string // "text", "tool", "reasoning"
@@ -45,6 +59,11 @@ type checker struct {
 	steps                   map[string]bool // owner + "\x00" + name
 	lanes                   map[string]*pend
 	laneOrder               []string
+
+	// The converted THINKING_* events carry no ids: the client mints one
+	// at each start and forgets it at the end (not per run).
+	minted              int
+	thinkSpan, thinkMsg string
 }
 
 func (c *checker) resetRun() {
@@ -170,6 +189,11 @@ func (c *checker) event(typ string, ev map[string]any) error {
 		if err := c.closeAll(); err != nil {
 			return err
 		}
+	case "THINKING_START", "THINKING_END", "THINKING_TEXT_MESSAGE_START", "THINKING_TEXT_MESSAGE_CONTENT", "THINKING_TEXT_MESSAGE_END":
+		if err := c.closeLane(laneOf(ev)); err != nil {
+			return err
+		}
+		return c.verify(thinking[typ], map[string]any{"messageId": c.thinkingID(typ)})
 	case "RAW", "ACTIVITY_SNAPSHOT", "ACTIVITY_DELTA", "REASONING_ENCRYPTED_VALUE", "SUBAGENT_STARTED":
 	case "SUBAGENT_FINISHED", "SUBAGENT_ERROR":
 		if s, ok := str(ev, "subagentRunId"); ok {
@@ -183,6 +207,33 @@ func (c *checker) event(typ string, ev map[string]any) error {
 		}
 	}
 	return c.verify(typ, ev)
+}
+
+// thinkingID is the id the client gives a converted THINKING_* event: a new
+// one at a start; the current one, then none, at an end.
+func (c *checker) thinkingID(typ string) string {
+	cur := &c.thinkMsg
+	if typ == "THINKING_START" || typ == "THINKING_END" {
+		cur = &c.thinkSpan
+	}
+	switch typ {
+	case "THINKING_START", "THINKING_TEXT_MESSAGE_START":
+		c.minted++
+		*cur = fmt.Sprintf("(thinking %d)", c.minted)
+	case "THINKING_END", "THINKING_TEXT_MESSAGE_END":
+		id := *cur
+		*cur = ""
+		if id == "" {
+			c.minted++
+			id = fmt.Sprintf("(thinking %d)", c.minted)
+		}
+		return id
+	}
+	if *cur == "" {
+		c.minted++
+		*cur = fmt.Sprintf("(thinking %d)", c.minted)
+	}
+	return *cur
 }
 
 func (c *checker) verify(typ string, ev map[string]any) error {

@@ -39,6 +39,19 @@ func TestCheck(t *testing.T) {
 		{"first tool chunk without name", events(rs, `{"type":"TOOL_CALL_CHUNK","toolCallId":"c"}`), "without toolCallName"},
 		{"chunk then explicit args", events(rs, `{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"n"}`, `{"type":"TOOL_CALL_ARGS","toolCallId":"c","delta":""}`), "not open"},
 		{"not json", events(`{`), "not a JSON object"},
+		// The 1.0 client converts THINKING_* to reasoning events before
+		// chunk expansion, so they close their owner's chunk lane.
+		{"thinking closes its owner's lane", events(rs,
+			`{"type":"TOOL_CALL_CHUNK","toolCallId":"b","toolCallName":"n","delta":"{","subagentRunId":"s1"}`,
+			`{"type":"TOOL_CALL_CHUNK","toolCallId":"c","toolCallName":"n","delta":"{","subagentRunId":"s2"}`,
+			`{"type":"THINKING_START","subagentRunId":"s1"}`,
+			`{"type":"TOOL_CALL_CHUNK","delta":"}"}`,
+			`{"type":"RUN_ERROR","message":"x"}`), ""},
+		{"thinking as reasoning", events(rs, `{"type":"THINKING_START"}`, `{"type":"THINKING_TEXT_MESSAGE_START"}`,
+			`{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"x"}`, `{"type":"THINKING_TEXT_MESSAGE_END"}`, `{"type":"THINKING_END"}`, rf), ""},
+		{"thinking end twice", events(rs, `{"type":"THINKING_START"}`, `{"type":"THINKING_START"}`, `{"type":"THINKING_END"}`, `{"type":"THINKING_END"}`), "not open"},
+		{"thinking content without start", events(rs, `{"type":"THINKING_TEXT_MESSAGE_CONTENT","delta":"x"}`), "not open"},
+		{"thinking open at finish", events(rs, `{"type":"THINKING_START"}`, rf), "open items"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
