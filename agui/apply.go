@@ -197,6 +197,9 @@ func (s *Stream) activityEvent(e *ev, t tag) *violation {
 		if own == nil || rep == nil || rep.Type() != fastjson.TypeFalse {
 			o := t.owner()
 			put(&s.run.activities, string(id), &o)
+			if own == nil {
+				s.run.keep(string(id), o.id)
+			}
 		}
 		return nil
 	}
@@ -216,27 +219,28 @@ func (s *Stream) thinkingEvent(e *ev, t tag) *violation {
 	case tThinkingStart, tThinkingTextStart:
 		s.mint++
 		ent := &entity{own: t.owner()}
+		s.run.keep(ent.own.id)
 		if e.typ == tThinkingStart {
 			s.thinkSpan = s.mint
-			openEntity(ent, true, s.run.next())
+			s.run.openEntity(ent, true)
 			put(&s.run.thinkSpans, s.mint, ent)
 		} else {
 			s.thinkMsg = s.mint
-			openEntity(ent, false, s.run.next())
+			s.run.openEntity(ent, false)
 			put(&s.run.thinkMsgs, s.mint, ent)
 		}
 		return nil
 	case tThinkingEnd:
 		id := s.thinkSpan
 		s.thinkSpan = 0
-		return contEntity(s.run.thinkSpans[id], e.typ+" (as REASONING_END)", true, "(THINKING)", t, true)
+		return s.run.contEntity(s.run.thinkSpans[id], e.typ+" (as REASONING_END)", true, "(THINKING)", t, true)
 	}
 	id := s.thinkMsg
 	end := e.typ == tThinkingTextEnd
 	if end {
 		s.thinkMsg = 0
 	}
-	return contEntity(s.run.thinkMsgs[id], e.typ, false, "(THINKING_TEXT_MESSAGE)", t, end)
+	return s.run.contEntity(s.run.thinkMsgs[id], e.typ, false, "(THINKING_TEXT_MESSAGE)", t, end)
 }
 
 // runRules are verifyEvents' stream-level rules: the first event, nothing
@@ -326,6 +330,7 @@ func (s *Stream) subagentStarted(e *ev) *violation {
 		return viol("subagent_unknown_parent", string(id), "SUBAGENT_STARTED for subagent "+q(id)+": parentSubagentRunId "+q(p)+" has not been started in this run")
 	}
 	put(&s.run.subActive, string(id), true)
+	s.run.keep(string(id))
 	return nil
 }
 
@@ -342,7 +347,7 @@ func (s *Stream) subagentEnded(e *ev) *violation {
 		return viol("subagent_not_active", string(id), e.typ+" for subagent "+q(id)+", which is not active")
 	}
 	delete(s.run.subActive, string(id))
-	put(&s.run.subClosed, string(id), true)
+	put(&s.run.subClosed, string(id), true) // kept: counted when it started
 	return nil
 }
 

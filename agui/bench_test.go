@@ -122,3 +122,46 @@ func BenchmarkFeedHeldToolCall(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMonitorRepeatedRunFinished: in monitor mode an agent repeats
+// RUN_FINISHED while 50,000 text messages are open. Each must cost what
+// one event costs, not a look at every message.
+func BenchmarkMonitorRepeatedRunFinished(b *testing.B) {
+	s := NewStream(nil, Options{Monitor: true})
+	var batch Batch
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	for i := range 50_000 {
+		s.Feed(context.Background(), []byte(`{"type":"TEXT_MESSAGE_START","messageId":"m`+strconv.Itoa(i)+`"}`), &batch)
+	}
+	ev := []byte(runFinished)
+	s.Feed(context.Background(), ev, &batch)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s.Feed(context.Background(), ev, &batch)
+	}
+	if len(batch.Notes) != 1 || batch.Done {
+		b.Fatalf("batch = %+v", batch)
+	}
+}
+
+// BenchmarkMonitorStepOwnerMismatch: in monitor mode an agent repeats a
+// STEP_FINISHED the parent agent never started while 50,000 subagents
+// have that step open.
+func BenchmarkMonitorStepOwnerMismatch(b *testing.B) {
+	s := NewStream(nil, Options{Monitor: true})
+	var batch Batch
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	for i := range 50_000 {
+		s.Feed(context.Background(), []byte(`{"type":"STEP_STARTED","stepName":"s","subagentRunId":"a`+strconv.Itoa(i)+`"}`), &batch)
+	}
+	ev := []byte(`{"type":"STEP_FINISHED","stepName":"s"}`)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s.Feed(context.Background(), ev, &batch)
+	}
+	if len(batch.Notes) != 1 || batch.Notes[0].Rule != "step_owner_mismatch" {
+		b.Fatalf("batch = %+v", batch)
+	}
+}

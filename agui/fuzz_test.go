@@ -123,6 +123,7 @@ func checkRun(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	}
 	for _, e := range events {
 		s.Feed(context.Background(), e, &b)
+		checkOpenCounts(t, &s.run)
 		collect()
 		if b.Done {
 			break
@@ -229,6 +230,7 @@ func FuzzStream(f *testing.F) {
 			if b.Done {
 				t.Fatal("monitor mode ended the stream")
 			}
+			checkOpenCounts(t, &s.run)
 		}
 	})
 }

@@ -61,6 +61,36 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 			t.Fatalf("not ended by the limit after %d calls", n)
 		}
 	})
+	// Whatever an event opens or answers counts, not only messages, calls
+	// and steps: THINKING_* spans, active subagents, answered calls.
+	for name, ev := range map[string]string{
+		"thinking spans per run":      `{"type":"THINKING_START"}`,
+		"active subagents per run":    `{"type":"SUBAGENT_STARTED","subagentRunId":"s%d","name":"n"}`,
+		"answered tool calls per run": `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"c%d","content":"x"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			endsByTheLimit(t, func(i int) []byte {
+				if strings.Contains(ev, "%d") {
+					return fmt.Appendf(nil, ev, i)
+				}
+				return []byte(ev)
+			}, maxEntitiesPerRun+1)
+		})
+	}
+	// A run's ids, names and owners are bounded in bytes too: 64 KiB ones
+	// pass 16 MiB after 256 entities, far below the count.
+	big := strings.Repeat("i", 64<<10)
+	for name, ev := range map[string]string{
+		"bytes of text message ids":  `{"type":"TEXT_MESSAGE_START","messageId":"%s%d"}`,
+		"bytes of subagent owners":   `{"type":"STEP_STARTED","stepName":"s","subagentRunId":"%s%d"}`,
+		"bytes of tool names":        `{"type":"TOOL_CALL_CHUNK","toolCallId":"c%[2]d","toolCallName":"%[1]s","delta":"{}"}`,
+		"bytes of reasoning ids":     `{"type":"REASONING_START","messageId":"%s%d"}`,
+		"bytes of answered call ids": `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"%s%d","content":"x"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			endsByTheLimit(t, func(i int) []byte { return fmt.Appendf(nil, ev, big, i) }, maxRunKeyBytes/len(big)+2)
+		})
+	}
 	t.Run("runs per stream", func(t *testing.T) {
 		s := NewStream(nil, Options{})
 		var b Batch
@@ -107,5 +137,24 @@ func TestArgumentMemoryIsBounded(t *testing.T) {
 	}
 	if kept := len(d.asked[19].Arguments); kept != 0 {
 		t.Fatalf("the 20th call kept %d bytes after the run budget ran out", kept)
+	}
+}
+
+// endsByTheLimit feeds one run the events ev(0), ev(1), … and fails unless
+// the stream ends with AGUARD_LIMIT_EXCEEDED within max of them.
+func endsByTheLimit(t *testing.T, ev func(i int) []byte, max int) {
+	t.Helper()
+	s := NewStream(nil, Options{})
+	var b Batch
+	s.Feed(context.Background(), []byte(runStarted), &b)
+	n := 0
+	for ; n < max && !b.Done; n++ {
+		s.Feed(context.Background(), ev(n), &b)
+	}
+	if !b.Done {
+		t.Fatalf("not ended after %d events", n)
+	}
+	if last := b.Out[len(b.Out)-1].JSON; !strings.Contains(string(last), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
+		t.Fatalf("ended after %d events, not by the limit: %s", n, last)
 	}
 }

@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 )
@@ -120,8 +121,11 @@ type runState struct {
 	activities map[string]*owner
 	calls      map[string]*call
 	steps      map[stepKey]int // open steps, value = open order
-	subActive  map[string]bool
-	subClosed  map[string]bool
+	// stepOpeners lists, per step name, who opened it, in order; entries
+	// of steps since finished are dropped lazily (stepFinished).
+	stepOpeners map[string]*openers
+	subActive   map[string]bool
+	subClosed   map[string]bool
 	// replayAnswered holds the calls a tool message in this run's replayed
 	// messages (snapshots, the input echo) answered, as forwarded.
 	replayAnswered map[string]struct{}
@@ -144,6 +148,15 @@ type runState struct {
 	argBytes int
 	// runID is the current run's id (RUN_STARTED.runId).
 	runID string
+	// keyBytes is the bytes of the strings the run's maps keep (ids,
+	// names, owners), which maxRunKeyBytes bounds.
+	keyBytes int
+	// opened counts what is open, by what RUN_FINISHED names, so that a
+	// run that closed everything finishes without a look at each entity.
+	opened openCounts
+	// finishListed: a RUN_FINISHED of this run already listed what was
+	// open (monitor mode goes on after it).
+	finishListed bool
 	// text is the text message the fast path (fast.go) last continued, or
 	// nil: most content events continue the message before them, and this
 	// spares the map lookup.
@@ -166,6 +179,7 @@ func (r *runState) reset() {
 	clear(r.activities)
 	clear(r.calls)
 	clear(r.steps)
+	clear(r.stepOpeners)
 	clear(r.subActive)
 	clear(r.subClosed)
 	clear(r.replayAnswered)
@@ -179,14 +193,30 @@ func (r *runState) reset() {
 	clear(r.introLate)
 	r.introLate = r.introLate[:0]
 	r.argBytes = 0
+	r.keyBytes = 0
+	r.opened = openCounts{}
+	r.finishListed = false
 	r.text = nil
+}
+
+// openCounts counts a run's open text messages, reasoning messages (the
+// THINKING_TEXT_MESSAGE ones included), reasoning spans (THINKING ones
+// included) and tool calls. Open steps and subagents are their maps' sizes.
+type openCounts struct{ msgs, rmsgs, spans, calls int }
+
+// keep counts the bytes of the strings a new map entry keeps.
+func (r *runState) keep(strs ...string) {
+	for _, x := range strs {
+		r.keyBytes += len(x)
+	}
 }
 
 func (r *runState) next() int { r.seq++; return r.seq }
 
 // size is the number of entities the run tracks.
 func (r *runState) size() int {
-	return len(r.msgs) + len(r.reasoning) + len(r.activities) + len(r.calls) + len(r.steps) + len(r.subClosed) + len(r.replayAnswered)
+	return len(r.msgs) + len(r.reasoning) + len(r.activities) + len(r.calls) + len(r.steps) +
+		len(r.subActive) + len(r.subClosed) + len(r.replayAnswered) + len(r.thinkSpans) + len(r.thinkMsgs)
 }
 
 func q(b []byte) string { return "'" + string(b) + "'" }
@@ -204,8 +234,10 @@ func (r *runState) textStart(id []byte, t tag) *violation {
 	if e == nil {
 		e = &entity{id: string(id), own: t.owner()}
 		put(&r.msgs, e.id, e)
+		r.keep(e.id, e.own.id)
 	}
 	e.open = true
+	r.opened.msgs++
 	e.openSeq = r.next()
 	return nil
 }
@@ -221,6 +253,7 @@ func (r *runState) textCont(typ string, id []byte, t tag, end bool) *violation {
 	}
 	if end {
 		e.open = false
+		r.opened.msgs--
 	}
 	return nil
 }
@@ -271,6 +304,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 			c.own = *inherited
 		}
 		put(&r.calls, c.id, c)
+		r.keep(c.id, c.own.id)
 	}
 	if c.started {
 		c.reopened = true
@@ -280,9 +314,11 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 		c.name = string(name)
 		c.parent = string(parent)
 		c.hasParent = hasParent
+		r.keep(c.name, c.parent)
 		r.order = append(r.order, c)
 	}
 	c.open = true
+	r.opened.calls++
 	c.openSeq = r.next()
 	return c, nil
 }
@@ -305,6 +341,7 @@ func (r *runState) toolCont(typ string, id, delta []byte, t tag, end bool) *viol
 	}
 	if end {
 		c.open = false
+		r.opened.calls--
 		r.ended = append(r.ended, c)
 		return nil
 	}
@@ -333,9 +370,11 @@ func (r *runState) introduce(id, name []byte, parent string, own owner, args []b
 	if c == nil {
 		c = &call{id: string(id), own: own}
 		put(&r.calls, c.id, c)
+		r.keep(c.id, c.own.id)
 	}
 	c.started, c.snap = true, true
 	c.name, c.parent, c.hasParent = string(name), parent, true
+	r.keep(c.name, c.parent)
 	r.appendArgs(c, args)
 	r.order = append(r.order, c)
 	r.startedNow = append(r.startedNow, c)
@@ -355,18 +394,22 @@ func (r *runState) reasoningStart(typ string, span bool, id []byte, t tag) *viol
 	if e == nil {
 		e = &entity{own: t.owner()}
 		put(&r.reasoning, string(id), e)
+		r.keep(string(id), e.own.id)
 	}
-	openEntity(e, span, r.next())
+	r.openEntity(e, span)
 	return nil
 }
 
-func openEntity(e *entity, span bool, seq int) {
+// openEntity opens a reasoning span or message that is not open.
+func (r *runState) openEntity(e *entity, span bool) {
 	if span {
 		e.spanOpen = true
+		r.opened.spans++
 	} else {
 		e.open = true
+		r.opened.rmsgs++
 	}
-	e.openSeq = seq
+	e.openSeq = r.next()
 }
 
 func kindWord(span bool) string {
@@ -379,10 +422,12 @@ func kindWord(span bool) string {
 // reasoningCont checks REASONING_MESSAGE_CONTENT/END and REASONING_END.
 func (r *runState) reasoningCont(typ string, span bool, id []byte, t tag, end bool) *violation {
 	e := r.reasoning[string(id)]
-	return contEntity(e, typ, span, string(id), t, end)
+	return r.contEntity(e, typ, span, string(id), t, end)
 }
 
-func contEntity(e *entity, typ string, span bool, id string, t tag, end bool) *violation {
+// contEntity checks a reasoning span's or message's continuation, and
+// applies its end.
+func (r *runState) contEntity(e *entity, typ string, span bool, id string, t tag, end bool) *violation {
 	if e == nil || (span && !e.spanOpen) || (!span && !e.open) {
 		return viol("reasoning_not_open", id, typ+" for reasoning "+kindWord(span)+" '"+id+"', which is not open")
 	}
@@ -392,8 +437,10 @@ func contEntity(e *entity, typ string, span bool, id string, t tag, end bool) *v
 	if end {
 		if span {
 			e.spanOpen = false
+			r.opened.spans--
 		} else {
 			e.open = false
+			r.opened.rmsgs--
 		}
 	}
 	return nil
@@ -405,7 +452,15 @@ func (r *runState) stepStarted(name []byte, t tag) *violation {
 	if _, ok := r.steps[k]; ok {
 		return viol("step_already_active", string(name), "STEP_STARTED for step "+q(name)+", which is already active for "+k.own.String())
 	}
-	put(&r.steps, k, r.next())
+	seq := r.next()
+	put(&r.steps, k, seq)
+	r.keep(k.name, k.own.id)
+	o := r.stepOpeners[k.name]
+	if o == nil {
+		o = &openers{}
+		put(&r.stepOpeners, k.name, o)
+	}
+	o.add(r.steps, k, seq)
 	return nil
 }
 
@@ -414,19 +469,68 @@ func (r *runState) stepFinished(name []byte, t tag) *violation {
 	if _, ok := r.steps[k]; !ok {
 		// Name the owner that opened the step first: the same input always
 		// gets the same message.
-		var first *stepKey
-		for o, seq := range r.steps {
-			if o.name == k.name && (first == nil || seq < r.steps[*first]) {
-				first = &o
+		if o := r.stepOpeners[k.name]; o != nil {
+			if first, ok := o.first(r.steps, k.name); ok {
+				return viol("step_owner_mismatch", string(name), "STEP_FINISHED for step "+q(name)+" attributed to "+k.own.String()+", but that step is open under "+first.String())
 			}
-		}
-		if first != nil {
-			return viol("step_owner_mismatch", string(name), "STEP_FINISHED for step "+q(name)+" attributed to "+k.own.String()+", but that step is open under "+first.own.String())
+			delete(r.stepOpeners, k.name)
 		}
 		return viol("step_not_active", string(name), "STEP_FINISHED for step "+q(name)+", which was not started")
 	}
 	delete(r.steps, k)
+	if o := r.stepOpeners[k.name]; o != nil {
+		if _, ok := o.first(r.steps, k.name); !ok {
+			delete(r.stepOpeners, k.name) // nothing of that name is open
+		}
+	}
 	return nil
+}
+
+// openers is who opened one step name, in the order they did. An entry
+// whose step has since finished (or finished and opened again: its open
+// order differs) is stale, dropped from the front when first is asked,
+// and all at once when the stale ones may be half of the list: each
+// entry costs O(1) over its life, however the steps interleave.
+type openers struct {
+	list []opener
+	// compacted is the list's length after the last compaction.
+	compacted int
+}
+
+type opener struct {
+	own owner
+	seq int
+}
+
+func (o *openers) add(steps map[stepKey]int, k stepKey, seq int) {
+	if len(o.list) >= 2*o.compacted+8 {
+		live := o.list[:0]
+		for _, e := range o.list {
+			if steps[stepKey{e.own, k.name}] == e.seq {
+				live = append(live, e)
+			}
+		}
+		clear(o.list[len(live):])
+		o.list, o.compacted = live, len(live)
+	}
+	o.list = append(o.list, opener{k.own, seq})
+}
+
+// first returns the owner of the earliest-opened step of that name still
+// open.
+func (o *openers) first(steps map[stepKey]int, name string) (owner, bool) {
+	for len(o.list) > 0 {
+		e := o.list[0]
+		if steps[stepKey{e.own, name}] == e.seq {
+			return e.own, true
+		}
+		o.list[0] = opener{}
+		o.list = o.list[1:]
+		if o.compacted > 0 {
+			o.compacted--
+		}
+	}
+	return owner{}, false
 }
 
 // runFinished reports what is still open when RUN_FINISHED arrives, or
@@ -434,68 +538,122 @@ func (r *runState) stepFinished(name []byte, t tag) *violation {
 // (https://docs.ag-ui.com, Tool Calls, Error Handling); verifyEvents says the
 // same of steps, messages, reasoning and subagents.
 func (r *runState) runFinished() *violation {
-	type item struct {
-		seq int
-		id  string
+	o := r.opened
+	if len(r.steps) == 0 && o == (openCounts{}) && len(r.subActive) == 0 {
+		return nil
 	}
-	list := func(items []item) string {
-		sort.Slice(items, func(i, j int) bool { return items[i].seq < items[j].seq })
-		ids := make([]string, len(items))
-		for i, it := range items {
-			ids[i] = "'" + it.id + "'"
-		}
-		return strings.Join(ids, ", ")
+	if r.finishListed {
+		// Monitor mode goes on after a RUN_FINISHED that found items
+		// open; a later one in the same run says how many, without
+		// another look at every entity.
+		n, rule, what := r.openSummary()
+		return viol(rule, "", fmt.Sprintf("RUN_FINISHED while %d %s still open (listed at an earlier RUN_FINISHED of this run)", n, what))
 	}
-	var steps, msgs, rmsgs, spans, calls []item
+	r.finishListed = true
+	var steps, msgs, rmsgs, spans, calls []openItem
 	for k, seq := range r.steps {
-		steps = append(steps, item{seq, k.name})
+		steps = append(steps, openItem{seq, k.name})
 	}
-	for id, e := range r.msgs {
-		if e.open {
-			msgs = append(msgs, item{e.openSeq, id})
+	if o.msgs > 0 {
+		for id, e := range r.msgs {
+			if e.open {
+				msgs = append(msgs, openItem{e.openSeq, id})
+			}
 		}
 	}
-	for id, e := range r.reasoning {
-		if e.open {
-			rmsgs = append(rmsgs, item{e.openSeq, id})
+	if o.rmsgs > 0 || o.spans > 0 {
+		for id, e := range r.reasoning {
+			if e.open {
+				rmsgs = append(rmsgs, openItem{e.openSeq, id})
+			}
+			if e.spanOpen {
+				spans = append(spans, openItem{e.openSeq, id})
+			}
 		}
-		if e.spanOpen {
-			spans = append(spans, item{e.openSeq, id})
+		for _, e := range r.thinkMsgs {
+			if e.open {
+				rmsgs = append(rmsgs, openItem{e.openSeq, "(THINKING_TEXT_MESSAGE)"})
+			}
+		}
+		for _, e := range r.thinkSpans {
+			if e.spanOpen {
+				spans = append(spans, openItem{e.openSeq, "(THINKING)"})
+			}
 		}
 	}
-	for _, e := range r.thinkMsgs {
-		if e.open {
-			rmsgs = append(rmsgs, item{e.openSeq, "(THINKING_TEXT_MESSAGE)"})
-		}
-	}
-	for _, e := range r.thinkSpans {
-		if e.spanOpen {
-			spans = append(spans, item{e.openSeq, "(THINKING)"})
-		}
-	}
-	for _, c := range r.calls {
-		if c.open {
-			calls = append(calls, item{c.openSeq, c.id})
+	if o.calls > 0 {
+		for _, c := range r.calls {
+			if c.open {
+				calls = append(calls, openItem{c.openSeq, c.id})
+			}
 		}
 	}
 	var subs []string
 	for id := range r.subActive {
-		subs = append(subs, "'"+id+"'")
+		subs = append(subs, id)
 	}
 	sort.Strings(subs)
 	switch {
 	case len(steps) > 0:
-		return viol("run_finished_with_open_steps", "", "RUN_FINISHED while steps are still active: "+list(steps))
+		return viol("run_finished_with_open_steps", "", "RUN_FINISHED while steps are still active: "+listOpen(steps))
 	case len(msgs) > 0:
-		return viol("run_finished_with_open_messages", "", "RUN_FINISHED while text messages are still open: "+list(msgs))
+		return viol("run_finished_with_open_messages", "", "RUN_FINISHED while text messages are still open: "+listOpen(msgs))
 	case len(rmsgs) > 0:
-		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning messages are still open: "+list(rmsgs))
+		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning messages are still open: "+listOpen(rmsgs))
 	case len(spans) > 0:
-		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning spans are still open: "+list(spans))
+		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning spans are still open: "+listOpen(spans))
 	case len(calls) > 0:
-		return viol("run_finished_with_open_tool_calls", "", "RUN_FINISHED while tool calls are still open: "+list(calls))
-	case len(subs) > 0:
-		return viol("run_finished_with_active_subagents", "", "RUN_FINISHED while subagents are still active: "+strings.Join(subs, ", "))
+		return viol("run_finished_with_open_tool_calls", "", "RUN_FINISHED while tool calls are still open: "+listOpen(calls))
 	}
-	return nil
+	items := make([]openItem, len(subs))
+	for i, id := range subs {
+		items[i] = openItem{i, id}
+	}
+	return viol("run_finished_with_active_subagents", "", "RUN_FINISHED while subagents are still active: "+listOpen(items))
+}
+
+// openSummary names, from the counts alone, what runFinished would list
+// first: how many, the rule, and what they are.
+func (r *runState) openSummary() (int, string, string) {
+	o := r.opened
+	switch {
+	case len(r.steps) > 0:
+		return len(r.steps), "run_finished_with_open_steps", "steps are"
+	case o.msgs > 0:
+		return o.msgs, "run_finished_with_open_messages", "text messages are"
+	case o.rmsgs > 0:
+		return o.rmsgs, "run_finished_with_open_reasoning", "reasoning messages are"
+	case o.spans > 0:
+		return o.spans, "run_finished_with_open_reasoning", "reasoning spans are"
+	case o.calls > 0:
+		return o.calls, "run_finished_with_open_tool_calls", "tool calls are"
+	}
+	return len(r.subActive), "run_finished_with_active_subagents", "subagents are"
+}
+
+// openItem is an open entity as RUN_FINISHED lists it.
+type openItem struct {
+	seq int
+	id  string
+}
+
+// maxListed is how many ids a RUN_FINISHED violation names.
+const maxListed = 10
+
+// listOpen names the first maxListed items in the order they opened, and
+// how many more there are.
+func listOpen(items []openItem) string {
+	sort.Slice(items, func(i, j int) bool { return items[i].seq < items[j].seq })
+	var b strings.Builder
+	for i, it := range items {
+		if i == maxListed {
+			fmt.Fprintf(&b, " and %d more", len(items)-maxListed)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("'" + it.id + "'")
+	}
+	return b.String()
 }

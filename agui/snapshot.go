@@ -130,6 +130,9 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 	}
 	for _, a := range adds {
 		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
+			if !ok {
+				s.run.keep(a.msgID, a.own.id)
+			}
 			put(&s.run.msgs, a.msgID, &entity{id: a.msgID, own: a.own})
 		}
 	}
@@ -190,6 +193,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 		}
 		if _, ok := s.run.replayAnswered[string(id)]; !ok {
 			put(&s.run.replayAnswered, string(id), struct{}{})
+			s.run.keep(string(id))
 		}
 		if s.hold.held > 0 {
 			if c := s.run.calls[string(id)]; c != nil && c.show == held {
@@ -356,6 +360,9 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 		bucket = &s.run.reasoning
 	case "activity":
 		if cur := s.run.activities[string(id)]; cur == nil || authoritative {
+			if cur == nil {
+				s.run.keep(string(id), own.id)
+			}
 			o := own
 			put(&s.run.activities, string(id), &o)
 		}
@@ -363,6 +370,7 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 	}
 	if cur := (*bucket)[string(id)]; cur == nil {
 		put(bucket, string(id), &entity{own: own})
+		s.run.keep(string(id), own.id)
 	} else if authoritative {
 		cur.own = own
 	}
@@ -370,6 +378,7 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 		tid := tc.GetStringBytes("id")
 		if c := s.run.calls[string(tid)]; c == nil {
 			put(&s.run.calls, string(tid), &call{id: string(tid), own: own})
+			s.run.keep(string(tid), own.id)
 		} else if authoritative {
 			c.own = own
 		}

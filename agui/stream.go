@@ -89,15 +89,17 @@ type Stream struct {
 // Per-stream bounds: whatever an agent sends, a stream's memory stays
 // bounded. Past one, the stream ends with RUN_ERROR AGUARD_LIMIT_EXCEEDED.
 const (
-	// maxEntitiesPerRun bounds the messages, reasoning entities, tool calls
-	// and steps one run may open.
+	// maxEntitiesPerRun bounds the messages, reasoning entities, tool calls,
+	// steps, activities, subagents and answers one run may open, and
+	// maxRunKeyBytes the bytes of their ids, names and owners.
 	maxEntitiesPerRun = 100_000
 	// maxRunsPerStream bounds the runs one response may carry.
 	maxRunsPerStream = 10_000
 	// maxKnownCalls and maxKnownBytes bound what one stream remembers of
 	// the tool calls of all its runs (Stream.known, Stream.declined).
-	maxKnownCalls = 1 << 17
-	maxKnownBytes = 8 << 20
+	maxKnownCalls  = 1 << 17
+	maxKnownBytes  = 8 << 20
+	maxRunKeyBytes = 16 << 20
 )
 
 const msgTooManyCalls = "the response carried more tool calls than aguard tracks (131072 ids or 8 MiB)"
@@ -211,8 +213,12 @@ func (s *Stream) feedEvent(b *Batch, out, src []byte) {
 	if s.done {
 		return // a policy ended the stream while applying the event
 	}
-	if n := s.run.size(); n > maxEntitiesPerRun {
-		s.end(b, CodeLimitExceeded, "the run opened more than 100000 messages, tool calls and steps")
+	if n := s.run.size() + len(s.answered); n > maxEntitiesPerRun {
+		s.end(b, CodeLimitExceeded, "the run opened more than 100000 messages, tool calls, steps and other entities")
+		return
+	}
+	if s.run.keyBytes > maxRunKeyBytes {
+		s.end(b, CodeLimitExceeded, "the ids, names and owners the run opened passed 16 MiB")
 		return
 	}
 	if s.runs > maxRunsPerStream {
