@@ -82,7 +82,7 @@ func (s *Stream) decide(b *Batch, c *call, phase string) {
 			Message: "tool call '" + c.id + "' (" + c.name + ") requires approval: " + v.Reason + " (decision " + v.DecisionID + ")"})
 		if !s.opts.Monitor {
 			s.allowed(b, c, phase, frontend)
-			s.put(b, tCustom, s.approvalRequired(c, v))
+			s.put(b, c.own, tCustom, s.approvalRequired(c, v))
 		}
 		return
 	}
@@ -120,7 +120,7 @@ func (s *Stream) deny(b *Batch, c *call, phase string, frontend bool, v Verdict)
 	case held:
 		// The consumer never sees any of it, only the denial.
 		s.withdraw(b, c)
-		s.put(b, tCustom, s.denied(c, v))
+		s.put(b, c.own, tCustom, s.denied(c, v))
 		if !frontend && phase == PhaseToolCallEnd {
 			s.end(b, CodePolicyDenied, msg)
 		}
@@ -136,8 +136,8 @@ func (s *Stream) deny(b *Batch, c *call, phase string, frontend bool, v Verdict)
 	// disposes of each unanswered frontend call — executing it, or declining
 	// it" and "a call the user declined is answered by saying so"
 	// (https://docs.ag-ui.com, Tool Calls, Frontend tools).
-	s.put(b, tCustom, s.denied(c, v))
-	s.put(b, tToolResult, s.declineResult(c, v))
+	s.put(b, c.own, tCustom, s.denied(c, v))
+	s.put(b, c.own, tToolResult, s.declineResult(c, v))
 	put(&s.answered, c.id, struct{}{})
 	s.recordDecline(c, v)
 }

@@ -120,7 +120,16 @@ type holdState struct {
 	// deferring: aguard's own events wait in after until the current
 	// event has been routed (replayed messages judged before they go).
 	deferring bool
-	after     []Event
+	after     []ownEvent
+	// laneWait: aguard's own events waiting, in order, for their owner's
+	// chunk lane to close (put).
+	laneWait []ownEvent
+}
+
+// ownEvent is one of aguard's own events, about a call of owner own.
+type ownEvent struct {
+	own owner
+	ev  Event
 }
 
 func (s *Stream) maxHeld() int {
@@ -276,13 +285,27 @@ func (s *Stream) isWithheld(id []byte) bool {
 	return ok
 }
 
-// put delivers one of aguard's own events: behind a waiting barrier, or to
-// the consumer now.
-func (s *Stream) put(b *Batch, typ string, js []byte) {
+// put delivers one of aguard's own events, about a call of owner own:
+// behind a waiting barrier, or to the consumer now. While own has a chunk
+// lane open, or an earlier event of aguard's waits, it waits: the
+// consumer's chunk expansion takes aguard's event as an explicit event of
+// its owner, which closes that owner's lane ("An explicit event closes only
+// ITS OWN lane's pending stream", transformChunks, @ag-ui/client 1.0.0),
+// and the agent's next chunk, continuing the lane without an id, would be
+// fatal to it.
+func (s *Stream) put(b *Batch, own owner, typ string, js []byte) {
 	if s.hold.deferring {
-		s.hold.after = append(s.hold.after, Event{Type: typ, JSON: js})
+		s.hold.after = append(s.hold.after, ownEvent{own, Event{Type: typ, JSON: js}})
 		return
 	}
+	if len(s.hold.laneWait) > 0 || s.laneIndex(own) >= 0 {
+		s.hold.laneWait = append(s.hold.laneWait, ownEvent{own, Event{Type: typ, JSON: js}})
+		return
+	}
+	s.putNow(b, typ, js)
+}
+
+func (s *Stream) putNow(b *Batch, typ string, js []byte) {
 	if s.hold.barrier {
 		s.enqueue(b, nil, typ, js, false, true, nil)
 		return
@@ -295,8 +318,23 @@ func (s *Stream) putDeferred(b *Batch) {
 	s.hold.deferring = false
 	after := s.hold.after
 	s.hold.after = nil
-	for _, ev := range after {
-		s.put(b, ev.Type, ev.JSON)
+	for _, e := range after {
+		s.put(b, e.own, e.ev.Type, e.ev.JSON)
+	}
+}
+
+// putLaneWaiting delivers, in order, aguard's own events whose owner's
+// lane the current event closed; the consumer synthesises that lane's end
+// just before the event, and aguard's events go just before it too.
+func (s *Stream) putLaneWaiting(b *Batch) {
+	for len(s.hold.laneWait) > 0 && s.laneIndex(s.hold.laneWait[0].own) < 0 {
+		e := s.hold.laneWait[0]
+		s.hold.laneWait[0] = ownEvent{}
+		s.hold.laneWait = s.hold.laneWait[1:]
+		s.putNow(b, e.ev.Type, e.ev.JSON)
+	}
+	if len(s.hold.laneWait) == 0 {
+		s.hold.laneWait = nil
 	}
 }
 
@@ -404,7 +442,7 @@ func (s *Stream) withdraw(b *Batch, c *call) {
 // judged, so the consumer never sees them. What waited behind them goes
 // out.
 func (s *Stream) abandon(b *Batch) {
-	if len(s.hold.q) == 0 && s.hold.held == 0 && len(s.hold.after) == 0 {
+	if len(s.hold.q) == 0 && s.hold.held == 0 && len(s.hold.after) == 0 && len(s.hold.laneWait) == 0 {
 		s.hold.deferring = false
 		return
 	}
@@ -424,10 +462,15 @@ func (s *Stream) abandon(b *Batch) {
 	}
 	s.flush(b)
 	s.hold.held = 0
-	// aguard's own events about calls judged just before the run ended.
+	// aguard's own events about calls judged just before the run ended:
+	// the run-level event that follows closes every lane anyway.
 	s.hold.deferring = false
-	for _, ev := range s.hold.after {
-		s.emit(b, ev.Type, ev.JSON)
+	for _, e := range s.hold.laneWait {
+		s.emit(b, e.ev.Type, e.ev.JSON)
+	}
+	s.hold.laneWait = nil
+	for _, e := range s.hold.after {
+		s.emit(b, e.ev.Type, e.ev.JSON)
 	}
 	s.hold.after = nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -545,4 +546,28 @@ func TestAResultQueuedBeforeItsCallIsHiddenIsDropped(t *testing.T) {
 	if !strings.Contains(all, confirmStart) || !strings.Contains(all, snapshot(msgUser)) {
 		t.Errorf("the held call and the snapshot behind it did not go out once allowed:\n%s", all)
 	}
+}
+
+// TestOwnSignalWaitsForTheOwnersChunkLane: aguard's own events are
+// explicit events of the call's owner to the consumer's chunk expansion,
+// which closes that owner's open chunk lane at one. A denial that comes
+// while the parent's chunked call is still streaming (here: the events
+// waiting behind a snapshot pass --max-held in the middle of it) waits
+// until the lane closes, so the id-less chunk that continues the call
+// still finds it open.
+func TestOwnSignalWaitsForTheOwnersChunkLane(t *testing.T) {
+	d := &byName{start: map[string]string{"confirm": ActionHold}}
+	snap := snapshot(msgUser)
+	first := `{"type":"TOOL_CALL_CHUNK","toolCallId":"s1","toolCallName":"search","delta":"{"}`
+	more := `{"type":"TOOL_CALL_CHUNK","delta":"}"}`
+	step := `{"type":"STEP_STARTED","stepName":"x"}`
+	// Room for the held call's start, the snapshot and the first chunk,
+	// not for the second.
+	maxHeld := len(confirmStart) + len(snap) + len(first) + 3*heldEventBytes + 1
+	steps, _ := stepwise(t, mustInput(t, inputJSON), Options{Decider: d, MaxHeld: maxHeld},
+		runStarted, confirmStart, snap, first, more, step)
+	denied := `{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":"c1","toolCallName":"confirm","reason":"the events held back until it is judged exceed the ` +
+		strconv.Itoa(maxHeld) + ` bytes (or 65536 events) aguard holds per stream","decisionId":"max-held-c1"}}`
+	wantSteps(t, steps, []string{runStarted}, nil, nil, nil, []string{snap, first, more}, []string{denied, step},
+		[]string{`{"type":"RUN_ERROR","code":"AGUARD_UPSTREAM_LOST","message":"the upstream stream ended before the run finished (no RUN_FINISHED or RUN_ERROR)"}`})
 }

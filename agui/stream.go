@@ -210,6 +210,9 @@ func (s *Stream) feedEvent(b *Batch, out, src []byte) {
 			return
 		}
 	}
+	if len(s.hold.laneWait) > 0 {
+		s.putLaneWaiting(b)
+	}
 	if s.done {
 		return // a policy ended the stream while applying the event
 	}
