@@ -86,6 +86,7 @@ func TestStreamMemoryIsBounded(t *testing.T) {
 		"bytes of tool names":        `{"type":"TOOL_CALL_CHUNK","toolCallId":"c%[2]d","toolCallName":"%[1]s","delta":"{}"}`,
 		"bytes of reasoning ids":     `{"type":"REASONING_START","messageId":"%s%d"}`,
 		"bytes of answered call ids": `{"type":"TOOL_CALL_RESULT","messageId":"m","toolCallId":"%s%d","content":"x"}`,
+		"bytes of text chunk names":  `{"type":"TEXT_MESSAGE_CHUNK","messageId":"m%[2]d","name":"%[1]s","delta":"x","subagentRunId":"s%[2]d"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			endsByTheLimit(t, func(i int) []byte { return fmt.Appendf(nil, ev, big, i) }, maxRunKeyBytes/len(big)+2)
