@@ -198,7 +198,7 @@ func (s *Stream) activityEvent(e *ev, t tag) *violation {
 			o := t.owner()
 			put(&s.run.activities, string(id), &o)
 			if own == nil {
-				s.run.keep(string(id), o.id)
+				s.run.keep(len(id) + len(o.id))
 			}
 		}
 		return nil
@@ -219,7 +219,7 @@ func (s *Stream) thinkingEvent(e *ev, t tag) *violation {
 	case tThinkingStart, tThinkingTextStart:
 		s.mint++
 		ent := &entity{own: t.owner()}
-		s.run.keep(ent.own.id)
+		s.run.keep(len(ent.own.id))
 		if e.typ == tThinkingStart {
 			s.thinkSpan = s.mint
 			s.run.openEntity(ent, true)
@@ -330,7 +330,7 @@ func (s *Stream) subagentStarted(e *ev) *violation {
 		return viol("subagent_unknown_parent", string(id), "SUBAGENT_STARTED for subagent "+q(id)+": parentSubagentRunId "+q(p)+" has not been started in this run")
 	}
 	put(&s.run.subActive, string(id), true)
-	s.run.keep(string(id))
+	s.run.keep(len(id))
 	return nil
 }
 

@@ -243,7 +243,7 @@ func (s *Stream) expandChunk(c *chunk) *violation {
 				nl.role = string(c.role)
 			}
 			nl.name, nl.hasName = string(c.name), c.hasName
-			s.run.keep(nl.name)
+			s.run.keep(len(nl.name))
 			if v := s.run.textStart(c.id, c.t); v != nil {
 				return v
 			}

@@ -58,11 +58,11 @@ func (s *Stream) toolResult(e *ev, b *Batch, t tag) *violation {
 	} else {
 		e := &entity{id: string(mid), own: t.owner()}
 		put(&s.run.msgs, e.id, e)
-		s.run.keep(e.id, e.own.id)
+		s.run.keep(len(e.id) + len(e.own.id))
 	}
 	if _, ok := s.answered[string(id)]; !ok {
 		put(&s.answered, string(id), struct{}{})
-		s.run.keep(string(id))
+		s.run.keep(len(id))
 	}
 	sid, name := "", ""
 	if c := s.run.calls[string(id)]; c != nil {

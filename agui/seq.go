@@ -204,12 +204,8 @@ func (r *runState) reset() {
 // included) and tool calls. Open steps and subagents are their maps' sizes.
 type openCounts struct{ msgs, rmsgs, spans, calls int }
 
-// keep counts the bytes of the strings a new map entry keeps.
-func (r *runState) keep(strs ...string) {
-	for _, x := range strs {
-		r.keyBytes += len(x)
-	}
-}
+// keep counts n more bytes of strings the run's maps keep.
+func (r *runState) keep(n int) { r.keyBytes += n }
 
 func (r *runState) next() int { r.seq++; return r.seq }
 
@@ -234,7 +230,7 @@ func (r *runState) textStart(id []byte, t tag) *violation {
 	if e == nil {
 		e = &entity{id: string(id), own: t.owner()}
 		put(&r.msgs, e.id, e)
-		r.keep(e.id, e.own.id)
+		r.keep(len(e.id) + len(e.own.id))
 	}
 	e.open = true
 	r.opened.msgs++
@@ -304,7 +300,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 			c.own = *inherited
 		}
 		put(&r.calls, c.id, c)
-		r.keep(c.id, c.own.id)
+		r.keep(len(c.id) + len(c.own.id))
 	}
 	if c.started {
 		c.reopened = true
@@ -314,7 +310,7 @@ func (r *runState) toolStart(id, name, parent []byte, hasParent bool, t tag) (*c
 		c.name = string(name)
 		c.parent = string(parent)
 		c.hasParent = hasParent
-		r.keep(c.name, c.parent)
+		r.keep(len(c.name) + len(c.parent))
 		r.order = append(r.order, c)
 	}
 	c.open = true
@@ -370,11 +366,11 @@ func (r *runState) introduce(id, name []byte, parent string, own owner, args []b
 	if c == nil {
 		c = &call{id: string(id), own: own}
 		put(&r.calls, c.id, c)
-		r.keep(c.id, c.own.id)
+		r.keep(len(c.id) + len(c.own.id))
 	}
 	c.started, c.snap = true, true
 	c.name, c.parent, c.hasParent = string(name), parent, true
-	r.keep(c.name, c.parent)
+	r.keep(len(c.name) + len(c.parent))
 	r.appendArgs(c, args)
 	r.order = append(r.order, c)
 	r.startedNow = append(r.startedNow, c)
@@ -394,7 +390,7 @@ func (r *runState) reasoningStart(typ string, span bool, id []byte, t tag) *viol
 	if e == nil {
 		e = &entity{own: t.owner()}
 		put(&r.reasoning, string(id), e)
-		r.keep(string(id), e.own.id)
+		r.keep(len(id) + len(e.own.id))
 	}
 	r.openEntity(e, span)
 	return nil
@@ -454,7 +450,7 @@ func (r *runState) stepStarted(name []byte, t tag) *violation {
 	}
 	seq := r.next()
 	put(&r.steps, k, seq)
-	r.keep(k.name, k.own.id)
+	r.keep(len(k.name) + len(k.own.id))
 	o := r.stepOpeners[k.name]
 	if o == nil {
 		o = &openers{}

@@ -131,7 +131,7 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 	for _, a := range adds {
 		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
 			if !ok {
-				s.run.keep(a.msgID, a.own.id)
+				s.run.keep(len(a.msgID) + len(a.own.id))
 			}
 			put(&s.run.msgs, a.msgID, &entity{id: a.msgID, own: a.own})
 		}
@@ -193,7 +193,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 		}
 		if _, ok := s.run.replayAnswered[string(id)]; !ok {
 			put(&s.run.replayAnswered, string(id), struct{}{})
-			s.run.keep(string(id))
+			s.run.keep(len(id))
 		}
 		if s.hold.held > 0 {
 			if c := s.run.calls[string(id)]; c != nil && c.show == held {
@@ -361,7 +361,7 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 	case "activity":
 		if cur := s.run.activities[string(id)]; cur == nil || authoritative {
 			if cur == nil {
-				s.run.keep(string(id), own.id)
+				s.run.keep(len(id) + len(own.id))
 			}
 			o := own
 			put(&s.run.activities, string(id), &o)
@@ -370,7 +370,7 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 	}
 	if cur := (*bucket)[string(id)]; cur == nil {
 		put(bucket, string(id), &entity{own: own})
-		s.run.keep(string(id), own.id)
+		s.run.keep(len(id) + len(own.id))
 	} else if authoritative {
 		cur.own = own
 	}
@@ -378,7 +378,7 @@ func (s *Stream) seedOwner(m *fastjson.Value, authoritative bool) {
 		tid := tc.GetStringBytes("id")
 		if c := s.run.calls[string(tid)]; c == nil {
 			put(&s.run.calls, string(tid), &call{id: string(tid), own: own})
-			s.run.keep(string(tid), own.id)
+			s.run.keep(len(tid) + len(own.id))
 		} else if authoritative {
 			c.own = own
 		}
