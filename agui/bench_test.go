@@ -165,3 +165,48 @@ func BenchmarkMonitorStepOwnerMismatch(b *testing.B) {
 		b.Fatalf("batch = %+v", batch)
 	}
 }
+
+// BenchmarkJudgeOneOfManyHeld: 20,000 calls are held (a policy holds the
+// tool they call); judging one lets its own events go, however many other
+// calls wait. Each iteration starts, ends and releases one more call.
+func BenchmarkJudgeOneOfManyHeld(b *testing.B) {
+	d := &byName{start: map[string]string{"confirm": ActionHold}}
+	s := NewStream(mustInput(b, inputJSON), Options{Decider: d, MaxHeld: 64 << 20})
+	var batch Batch
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	for i := range 20_000 {
+		s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_START","toolCallId":"w`+strconv.Itoa(i)+`","toolCallName":"confirm"}`), &batch)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		id := strconv.Itoa(i)
+		s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_START","toolCallId":"j`+id+`","toolCallName":"confirm"}`), &batch)
+		s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_END","toolCallId":"j`+id+`"}`), &batch)
+		if len(batch.Out) != 2 || batch.Done { // its START and END
+			b.Fatalf("batch = %+v", batch)
+		}
+	}
+}
+
+// BenchmarkResultWhileManyHeld: a TOOL_CALL_RESULT while 20,000 events of
+// a held call wait asks whether it names a held call's parent message.
+func BenchmarkResultWhileManyHeld(b *testing.B) {
+	d := &byName{start: map[string]string{"confirm": ActionHold}}
+	s := NewStream(mustInput(b, inputJSON), Options{Decider: d, MaxHeld: 64 << 20})
+	var batch Batch
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_START","toolCallId":"w","toolCallName":"confirm","parentMessageId":"p"}`), &batch)
+	for range 20_000 {
+		s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_ARGS","toolCallId":"w","delta":"x"}`), &batch)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		id := strconv.Itoa(i % 50_000)
+		s.Feed(context.Background(), []byte(`{"type":"TOOL_CALL_RESULT","messageId":"m`+id+`","toolCallId":"r`+id+`","content":"x"}`), &batch)
+		if len(batch.Out) != 1 || batch.Done {
+			b.Fatalf("batch = %+v", batch)
+		}
+	}
+}

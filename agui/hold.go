@@ -100,14 +100,16 @@ const (
 
 // holdState is a Stream's hold queue and what it withholds.
 type holdState struct {
-	// barrier: q holds a barrier that still waits; every event queues.
+	// barrier: the queue holds a barrier that still waits (q.back is not
+	// empty); every event queues.
 	barrier bool
 	// active: events are routed by the call they belong to — the run has
 	// calls that are not shown as they come, or the stream withholds ids.
 	active bool
-	q      []heldEvent
-	bytes  int // held bytes, for Options.MaxHeld
+	q      holdQueue
 	held   int // calls of the run held now (show == held)
+	// parents counts the held calls by their parentMessageId (waits).
+	parents map[string]int
 	// withheld are the ids of the calls the consumer never sees (hidden,
 	// or withdrawn), in every run of the stream: replayed messages lose
 	// their traces, and answers to them are dropped.
@@ -183,8 +185,7 @@ func (s *Stream) screen(b *Batch, c *call, echo bool) Verdict {
 	}
 	switch applied {
 	case visHold:
-		c.show = held
-		s.hold.held++
+		s.holdCall(c)
 		s.hold.active = true
 	case visHide:
 		c.show = hidden
@@ -271,11 +272,7 @@ func (s *Stream) waits(e *ev) bool {
 		return true
 	case tToolResult:
 		mid, _ := e.str("messageId")
-		for i := range s.hold.q {
-			if c := s.hold.q[i].c; c != nil && c.show == held && c.hasParent && c.parent == string(mid) {
-				return true
-			}
-		}
+		return s.hold.parents[string(mid)] > 0
 	}
 	return false
 }
@@ -347,62 +344,6 @@ func (s *Stream) deliver(b *Batch, typ string, js []byte) {
 	s.emit(b, typ, js)
 }
 
-// enqueue adds an event to the hold queue (a copy of js), and reports
-// whether it did. For an event of a held call (c != nil) past the bounds,
-// the call is denied instead; an event waiting behind a barrier (c == nil)
-// makes room by denying the calls held longest, and goes out at once if that
-// lets it. aguard's own events (own) are small, one or two per call, and
-// never deny anything. cid is the toolCallId of an event about a call the
-// run has not started (heldEvent.cid), or nil; it is copied.
-func (s *Stream) enqueue(b *Batch, c *call, typ string, js []byte, wait, own bool, cid []byte) bool {
-	cost := len(js) + heldEventBytes
-	over := func() bool {
-		return !own && (s.hold.bytes+cost > s.maxHeld() || len(s.hold.q) >= maxHeldEvents)
-	}
-	if c != nil && over() {
-		s.overHeld(b, c)
-		return false
-	}
-	for c == nil && over() && !s.done {
-		oldest := s.oldestHeld()
-		if oldest == nil {
-			break
-		}
-		s.overHeld(b, oldest)
-		if !s.hold.barrier && (!wait || s.hold.held == 0) {
-			if !s.done {
-				s.deliver(b, typ, js)
-			}
-			return true
-		}
-	}
-	if s.done {
-		return false
-	}
-	s.hold.q = append(s.hold.q, heldEvent{c: c, typ: typ, js: append([]byte(nil), js...), barrier: wait, cid: bytes.Clone(cid)})
-	s.hold.bytes += cost
-	if wait {
-		s.hold.barrier = true
-	}
-	return true
-}
-
-// oldestHeld returns the held call with the first event in the queue (or
-// one just started, with none yet); nil when none is held.
-func (s *Stream) oldestHeld() *call {
-	for i := range s.hold.q {
-		if c := s.hold.q[i].c; c != nil && c.show == held {
-			return c
-		}
-	}
-	for _, c := range s.run.order {
-		if c.show == held {
-			return c
-		}
-	}
-	return nil
-}
-
 // overHeld denies held call c because holding it would pass the bounds: a
 // call aguard cannot hold until it is judged is one it cannot let through.
 func (s *Stream) overHeld(b *Batch, c *call) {
@@ -414,109 +355,6 @@ func (s *Stream) overHeld(b *Batch, c *call) {
 	frontend := s.in.isFrontendName(c.name)
 	b.Calls = append(b.Calls, CallEvent{Kind: CallDecided, ID: c.id, Name: c.name, Frontend: frontend, Verdict: v, Visibility: c.vis.String()})
 	s.deny(b, c, PhaseToolCallEnd, frontend, v)
-}
-
-// release lets held call c through: its events go out, in order, with
-// whatever waited for it.
-func (s *Stream) release(b *Batch, c *call) {
-	if c.show != held {
-		return
-	}
-	c.show, c.endAllowed = shown, false
-	s.hold.held--
-	s.flush(b)
-}
-
-// withdraw drops held call c: the consumer never sees any of it.
-func (s *Stream) withdraw(b *Batch, c *call) {
-	if c.show != held {
-		return
-	}
-	c.show, c.endAllowed = withdrawn, false
-	s.hold.held--
-	s.withhold(c.id)
-	s.flush(b)
-}
-
-// abandon withdraws every call still held: the run ends before they are
-// judged, so the consumer never sees them. What waited behind them goes
-// out.
-func (s *Stream) abandon(b *Batch) {
-	if len(s.hold.q) == 0 && s.hold.held == 0 && len(s.hold.after) == 0 && len(s.hold.laneWait) == 0 {
-		s.hold.deferring = false
-		return
-	}
-	for i := range s.hold.q {
-		if c := s.hold.q[i].c; c != nil && c.show == held {
-			c.show, c.endAllowed = withdrawn, false
-			s.hold.held--
-			s.withhold(c.id)
-		}
-	}
-	for _, c := range s.run.order {
-		if c.show == held { // held with no event queued
-			c.show = withdrawn
-			s.hold.held--
-			s.withhold(c.id)
-		}
-	}
-	s.flush(b)
-	s.hold.held = 0
-	// aguard's own events about calls judged just before the run ended:
-	// the run-level event that follows closes every lane anyway.
-	s.hold.deferring = false
-	for _, e := range s.hold.laneWait {
-		s.emit(b, e.ev.Type, e.ev.JSON)
-	}
-	s.hold.laneWait = nil
-	for _, e := range s.hold.after {
-		s.emit(b, e.ev.Type, e.ev.JSON)
-	}
-	s.hold.after = nil
-}
-
-// flush walks the hold queue in order: events of released calls, and events
-// no held call before them holds back, go out; events of withdrawn calls are
-// dropped; the rest stays. A barrier stays while a call held before it is
-// undecided, and with it everything after it.
-func (s *Stream) flush(b *Batch) {
-	kept := s.hold.q[:0]
-	bytes := 0
-	blocked, heldBefore := false, false
-	for _, h := range s.hold.q {
-		switch {
-		case blocked:
-		case h.c != nil && h.c.show == held:
-			heldBefore = true
-		case h.c != nil && h.c.withheld():
-			continue
-		case h.cid != nil && s.isWithheld(h.cid):
-			continue // about a call withheld since it was queued
-		case h.barrier && heldBefore:
-			blocked = true
-		default:
-			if h.js != nil {
-				s.deliver(b, h.typ, h.js)
-			}
-			continue
-		}
-		kept = append(kept, h)
-		bytes += len(h.js) + heldEventBytes
-	}
-	clear(s.hold.q[len(kept):])
-	s.hold.q = kept
-	s.hold.bytes = bytes
-	s.hold.barrier = blocked
-}
-
-// resetRun forgets the run's hold state at RUN_STARTED (the last run ended
-// with nothing held).
-func (s *Stream) resetHold() {
-	clear(s.hold.q)
-	s.hold.q = s.hold.q[:0]
-	s.hold.bytes, s.hold.held = 0, 0
-	s.hold.barrier, s.hold.ghost, s.hold.closed = false, false, false
-	s.hold.active = len(s.hold.withheld) > 0
 }
 
 // scrub returns the replayed messages of js (a MESSAGES_SNAPSHOT, or with

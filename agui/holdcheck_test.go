@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"hash/fnv"
 	"slices"
 	"strings"
@@ -294,6 +295,9 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 			}
 		}
 		s.Feed(context.Background(), e, &b)
+		if err := holdQueueInvariants(s); err != nil {
+			fail("after event %d: %v", i, err)
+		}
 		for _, c := range b.Calls {
 			if c.Kind == CallDecided && strings.HasPrefix(c.Verdict.DecisionID, "max-held-") {
 				if rec := d.log[holdKey{d.run, c.ID}]; rec != nil {
@@ -315,8 +319,8 @@ func checkHeld(t *testing.T, in *RunInput, events [][]byte, seed []byte) {
 	if err := aguicheck.Check(outs); err != nil {
 		fail("output rejected: %v", err)
 	}
-	if s.hold.held != 0 || len(s.hold.q) != 0 {
-		fail("the stream ended with %d calls and %d events held", s.hold.held, len(s.hold.q))
+	if s.hold.held != 0 || s.hold.q.n != 0 {
+		fail("the stream ended with %d calls and %d events held", s.hold.held, s.hold.q.n)
 	}
 }
 
@@ -353,4 +357,55 @@ func (ms replayedList) ids() []string {
 		}
 	}
 	return ids
+}
+
+// holdQueueInvariants checks what the hold queue's judgments rely on
+// (holdqueue.go): the front holds only events of held calls, and is empty
+// unless the back starts with a barrier that waits; the counts agree with
+// the events; the parents held are those of the held calls.
+func holdQueueInvariants(s *Stream) error {
+	q := &s.hold.q
+	n, bytes := 0, 0
+	for c, evs := range q.front {
+		if c.show != held {
+			return fmt.Errorf("call %q in the front is not held", c.id)
+		}
+		if len(evs) == 0 {
+			return fmt.Errorf("call %q in the front with no event", c.id)
+		}
+		for i := range evs {
+			n++
+			bytes += heldCost(&evs[i])
+		}
+	}
+	if n != q.frontN {
+		return fmt.Errorf("front counts %d events, holds %d", q.frontN, n)
+	}
+	for i := range q.back {
+		n++
+		bytes += heldCost(&q.back[i])
+	}
+	if n != q.n || bytes != q.bytes {
+		return fmt.Errorf("queue counts %d events of %d bytes, holds %d of %d", q.n, q.bytes, n, bytes)
+	}
+	if s.hold.barrier != (len(q.back) > 0) {
+		return fmt.Errorf("barrier %v with %d events in the back", s.hold.barrier, len(q.back))
+	}
+	if len(q.back) > 0 && q.frontN > 0 && !q.back[0].barrier {
+		return fmt.Errorf("the back starts with a %s that is no barrier", q.back[0].typ)
+	}
+	parents := map[string]int{}
+	heldN := 0
+	for _, c := range s.run.calls {
+		if c.show == held {
+			heldN++
+			if c.hasParent {
+				parents[c.parent]++
+			}
+		}
+	}
+	if heldN != s.hold.held || fmt.Sprint(parents) != fmt.Sprint(s.hold.parents) && !(len(parents) == 0 && len(s.hold.parents) == 0) {
+		return fmt.Errorf("held %d calls, parents %v; the calls say %d, %v", s.hold.held, s.hold.parents, heldN, parents)
+	}
+	return nil
 }
