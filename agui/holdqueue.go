@@ -172,22 +172,30 @@ func (s *Stream) withdraw(b *Batch, c *call) {
 	s.judged(b, c)
 }
 
-// judged lets the events of c, no longer held, go from the front (out if
-// it is shown, nowhere if withheld), then what no longer waits.
+// judged lets the events of c, no longer held, go from the front, then
+// what no longer waits.
 func (s *Stream) judged(b *Batch, c *call) {
+	s.leaveFront(b, c)
+	s.advance(b)
+}
+
+// leaveFront takes the events of c, no longer held, from the front: out if
+// it is shown, nowhere if withheld.
+func (s *Stream) leaveFront(b *Batch, c *call) {
 	q := &s.hold.q
-	if evs, ok := q.front[c]; ok {
-		delete(q.front, c)
-		q.frontN -= len(evs)
-		for i := range evs {
-			q.n--
-			q.bytes -= heldCost(&evs[i])
-			if c.show == shown && evs[i].js != nil {
-				s.deliver(b, evs[i].typ, evs[i].js)
-			}
+	evs, ok := q.front[c]
+	if !ok {
+		return
+	}
+	delete(q.front, c)
+	q.frontN -= len(evs)
+	for i := range evs {
+		q.n--
+		q.bytes -= heldCost(&evs[i])
+		if c.show == shown && evs[i].js != nil {
+			s.deliver(b, evs[i].typ, evs[i].js)
 		}
 	}
-	s.advance(b)
 }
 
 // advance walks the back from its start while the front is empty: events
@@ -256,14 +264,7 @@ func (s *Stream) abandon(b *Batch) {
 		}
 	}
 	for _, c := range q.order {
-		if evs, ok := q.front[c]; ok {
-			delete(q.front, c)
-			q.frontN -= len(evs)
-			for i := range evs {
-				q.n--
-				q.bytes -= heldCost(&evs[i])
-			}
-		}
+		s.leaveFront(b, c) // withdrawn: dropped
 	}
 	clear(q.order)
 	q.order, q.ordered = q.order[:0], 0
