@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -173,6 +174,23 @@ func TestDecodeJSONTerm(t *testing.T) {
 	}
 }
 
+// TestDecodeJSONTermRefusesNumbersOPARefuses: a number whose exponent
+// would make evaluating it cost more than linear time is an error, as OPA's
+// own decoding makes it; ordinary exponents are kept as written.
+func TestDecodeJSONTermRefusesNumbersOPARefuses(t *testing.T) {
+	for _, doc := range []string{`[1E91970]`, `{"n":-2e-400000}`, `1e999999999999999999999`} {
+		if term, err := decodeJSONTerm([]byte(doc)); err == nil || !strings.Contains(err.Error(), "invalid number") {
+			t.Errorf("decode %s = %v, %v; want an invalid-number error", doc, term, err)
+		}
+	}
+	for doc, want := range map[string]string{`1e300`: "1e300", `[2.5E-7]`: "[2.5E-7]", `123456789012345678901234567890`: "123456789012345678901234567890"} {
+		term, err := decodeJSONTerm([]byte(doc))
+		if err != nil || term.String() != want {
+			t.Errorf("decode %s = %v, %v; want %s", doc, term, err, want)
+		}
+	}
+}
+
 func TestDecodeJSONTermDepth(t *testing.T) {
 	deep := strings.Repeat("[", maxJSONDepth+2) + strings.Repeat("]", maxJSONDepth+2)
 	if _, err := decodeJSONTerm([]byte(deep)); err == nil || !strings.Contains(err.Error(), "nested deeper") {
@@ -188,7 +206,18 @@ func FuzzDecodeJSONTerm(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		term, err := decodeJSONTerm(doc)
-		if valid := json.Valid(doc); valid != (err == nil) {
+		valid := json.Valid(doc)
+		if valid && err != nil && strings.Contains(err.Error(), "invalid number") {
+			// OPA's own decoding refuses it too.
+			var x any
+			if util.UnmarshalJSON(doc, &x) == nil {
+				if _, ierr := ast.InterfaceToValue(x); ierr == nil {
+					t.Fatalf("decode %q: %v, but OPA decodes it", doc, err)
+				}
+			}
+			return
+		}
+		if valid != (err == nil) {
 			t.Fatalf("json.Valid = %v, decode error = %v, for %q", valid, err, doc)
 		}
 		if err != nil || !bytes.ContainsAny(doc, "{[\"") {
@@ -203,18 +232,57 @@ func FuzzDecodeJSONTerm(f *testing.F) {
 	})
 }
 
-// canonical is v as JSON with sorted keys.
+// canonical is v as JSON with sorted keys, numbers as their text (ast.JSON
+// cannot turn one as large as 1E91970 into a Go value).
 func canonical(t *testing.T, v ast.Value) string {
+	t.Helper()
+	var b strings.Builder
+	var walk func(v ast.Value)
+	walk = func(v ast.Value) {
+		switch x := v.(type) {
+		case ast.Number:
+			b.WriteString(string(x))
+		case *ast.Array:
+			b.WriteByte('[')
+			for i := range x.Len() {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				walk(x.Elem(i).Value)
+			}
+			b.WriteByte(']')
+		case ast.Object:
+			keys := x.Keys()
+			slices.SortFunc(keys, func(a, c *ast.Term) int { return a.Value.Compare(c.Value) })
+			b.WriteByte('{')
+			for i, k := range keys {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				walk(k.Value)
+				b.WriteByte(':')
+				walk(x.Get(k).Value)
+			}
+			b.WriteByte('}')
+		default: // null, booleans, strings
+			j, err := json.Marshal(mustJSON(t, v))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(j)
+		}
+	}
+	walk(v)
+	return b.String()
+}
+
+func mustJSON(t *testing.T, v ast.Value) any {
 	t.Helper()
 	x, err := ast.JSON(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(x)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	return x
 }
 
 // TestIdentityIsInEveryPhase pins input.identity: the authenticated

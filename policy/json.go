@@ -289,7 +289,15 @@ func (d *jsonDecoder) number() (*ast.Term, error) {
 	if t := ast.InternedIntNumberTermFromString(string(b[start:d.pos])); t != nil {
 		return t, nil
 	}
-	return d.term(ast.Number(b[start:d.pos])), nil
+	// OPA refuses a number whose exponent makes evaluating it cost more
+	// than linear time (golang/go#11068), in its own JSON decoding as in
+	// its parser; a policy must not be handed one either.
+	n, err := ast.NumberChecked(string(b[start:d.pos]))
+	if err != nil {
+		d.pos = start
+		return nil, d.errorf("%v", err)
+	}
+	return d.term(n), nil
 }
 
 // string decodes a JSON string starting at the opening quote.
