@@ -266,8 +266,8 @@ decision := {"action": "deny", "reason": "x"} if input.call.arguments.a == 1`},
 		},
 		{
 			// OPA panics comparing such a number (TestEvalRecoversFromAPanicInsideOPA);
-			// aguard refuses it before, as OPA's own decoding does.
-			name: "a number OPA refuses",
+			// aguard refuses it before (policy/json.go).
+			name: "a number with a large exponent",
 			files: map[string]string{"policy.rego": `package aguard
 default decision := {"action": "allow"}
 decision := {"action": "deny", "reason": "big"} if input.call.arguments.n > 3

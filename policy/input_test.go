@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -174,16 +175,16 @@ func TestDecodeJSONTerm(t *testing.T) {
 	}
 }
 
-// TestDecodeJSONTermRefusesNumbersOPARefuses: a number whose exponent
-// would make evaluating it cost more than linear time is an error, as OPA's
-// own decoding makes it; ordinary exponents are kept as written.
-func TestDecodeJSONTermRefusesNumbersOPARefuses(t *testing.T) {
-	for _, doc := range []string{`[1E91970]`, `{"n":-2e-400000}`, `1e999999999999999999999`} {
-		if term, err := decodeJSONTerm([]byte(doc)); err == nil || !strings.Contains(err.Error(), "invalid number") {
-			t.Errorf("decode %s = %v, %v; want an invalid-number error", doc, term, err)
+// TestDecodeJSONTermRefusesLargeExponents: a number past 25,000 digits and
+// exponent is an error — OPA refuses those past 2^100,000 and checks the
+// rest with a big.Float — and ordinary exponents are kept as written.
+func TestDecodeJSONTermRefusesLargeExponents(t *testing.T) {
+	for _, doc := range []string{`[1E91970]`, `{"n":-2e-400000}`, `1e999999999999999999999`, `1e30000`, `[0.5e-24999]`} {
+		if term, err := decodeJSONTerm([]byte(doc)); err == nil || !strings.Contains(err.Error(), "exponent too large") {
+			t.Errorf("decode %s = %v, %v; want an exponent-too-large error", doc, term, err)
 		}
 	}
-	for doc, want := range map[string]string{`1e300`: "1e300", `[2.5E-7]`: "[2.5E-7]", `123456789012345678901234567890`: "123456789012345678901234567890"} {
+	for doc, want := range map[string]string{`1e300`: "1e300", `1e24999`: "1e24999", `-0.5e-24990`: "-0.5e-24990", `[2.5E-7]`: "[2.5E-7]", `123456789012345678901234567890`: "123456789012345678901234567890"} {
 		term, err := decodeJSONTerm([]byte(doc))
 		if err != nil || term.String() != want {
 			t.Errorf("decode %s = %v, %v; want %s", doc, term, err, want)
@@ -207,15 +208,16 @@ func FuzzDecodeJSONTerm(f *testing.F) {
 	f.Fuzz(func(t *testing.T, doc []byte) {
 		term, err := decodeJSONTerm(doc)
 		valid := json.Valid(doc)
-		if valid && err != nil && strings.Contains(err.Error(), "invalid number") {
-			// OPA's own decoding refuses it too.
-			var x any
-			if util.UnmarshalJSON(doc, &x) == nil {
-				if _, ierr := ast.InterfaceToValue(x); ierr == nil {
-					t.Fatalf("decode %q: %v, but OPA decodes it", doc, err)
-				}
+		if valid && err != nil && strings.Contains(err.Error(), "exponent too large") {
+			// Past the digits-and-exponent bound, which OPA's own check
+			// passes without a big.Float too.
+			if !hasLargeExponent(doc) {
+				t.Fatalf("decode %q: %v, but no number passes the bound", doc, err)
 			}
 			return
+		}
+		if err == nil && hasLargeExponent(doc) {
+			t.Fatalf("decode %q kept a number past the bound", doc)
 		}
 		if valid != (err == nil) {
 			t.Fatalf("json.Valid = %v, decode error = %v, for %q", valid, err, doc)
@@ -230,6 +232,40 @@ func FuzzDecodeJSONTerm(f *testing.F) {
 			t.Fatalf("decode %q = %s, want %s", doc, got, want)
 		}
 	})
+}
+
+// hasLargeExponent reports whether a number of doc, outside its strings,
+// passes maxDigitsAndExponent, as OPA's ast.NumberChecked counts it.
+func hasLargeExponent(doc []byte) bool {
+	var x any
+	d := json.NewDecoder(bytes.NewReader(doc))
+	d.UseNumber()
+	if d.Decode(&x) != nil {
+		return false
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case json.Number:
+			s := string(v)
+			i := strings.IndexAny(s, "eE")
+			if i < 0 {
+				return false
+			}
+			exp, err := strconv.Atoi(s[i+1:])
+			return err != nil || i+max(exp, -exp) > maxDigitsAndExponent
+		case []any:
+			return slices.ContainsFunc(v, walk)
+		case map[string]any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(x)
 }
 
 // canonical is v as JSON with sorted keys, numbers as their text (ast.JSON

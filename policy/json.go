@@ -277,7 +277,9 @@ func (d *jsonDecoder) number() (*ast.Term, error) {
 			return nil, d.errorf("invalid number: no digits after '.'")
 		}
 	}
+	exp := -1 // the exponent marker's position
 	if d.pos < len(b) && (b[d.pos] == 'e' || b[d.pos] == 'E') {
+		exp = d.pos
 		d.pos++
 		if d.pos < len(b) && (b[d.pos] == '+' || b[d.pos] == '-') {
 			d.pos++
@@ -289,15 +291,28 @@ func (d *jsonDecoder) number() (*ast.Term, error) {
 	if t := ast.InternedIntNumberTermFromString(string(b[start:d.pos])); t != nil {
 		return t, nil
 	}
-	// OPA refuses a number whose exponent makes evaluating it cost more
-	// than linear time (golang/go#11068), in its own JSON decoding as in
-	// its parser; a policy must not be handed one either.
-	n, err := ast.NumberChecked(string(b[start:d.pos]))
-	if err != nil {
+	if exp >= 0 && !smallExponent(b[start:d.pos], exp-start) {
 		d.pos = start
-		return nil, d.errorf("%v", err)
+		return nil, d.errorf("invalid number: exponent too large")
 	}
-	return d.term(n), nil
+	return d.term(ast.Number(b[start:d.pos])), nil
+}
+
+// maxDigitsAndExponent bounds a number's digits before its exponent marker
+// plus the exponent's magnitude. OPA refuses a number whose binary
+// exponent passes 100,000 — evaluating one costs more than linear time
+// (golang/go#11068), and comparing 1e9999999 panicked inside OPA v1.22 —
+// and checks the ones past this bound with a big.Float, up to 45 µs each:
+// an agent could send 100,000 of them in a megabyte of arguments. aguard
+// refuses every number past it, which OPA's own check would also pass at
+// once (ast.NumberChecked); no tool argument needs one.
+const maxDigitsAndExponent = 25_000
+
+// smallExponent reports whether num, whose exponent marker is at i, is
+// within maxDigitsAndExponent.
+func smallExponent(num []byte, i int) bool {
+	exp, err := strconv.Atoi(string(num[i+1:]))
+	return err == nil && i+max(exp, -exp) <= maxDigitsAndExponent
 }
 
 // string decodes a JSON string starting at the opening quote.
