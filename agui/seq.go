@@ -534,97 +534,113 @@ func (o *openers) first(steps map[stepKey]int, name string) (owner, bool) {
 // (https://docs.ag-ui.com, Tool Calls, Error Handling); verifyEvents says the
 // same of steps, messages, reasoning and subagents.
 func (r *runState) runFinished() *violation {
-	o := r.opened
-	if len(r.steps) == 0 && o == (openCounts{}) && len(r.subActive) == 0 {
+	kind, n := r.firstOpen()
+	if kind == openNone {
 		return nil
 	}
+	k := openKinds[kind]
 	if r.finishListed {
 		// Monitor mode goes on after a RUN_FINISHED that found items
 		// open; a later one in the same run says how many, without
 		// another look at every entity.
-		n, rule, what := r.openSummary()
-		return viol(rule, "", fmt.Sprintf("RUN_FINISHED while %d %s still open (listed at an earlier RUN_FINISHED of this run)", n, what))
+		return viol(k.rule, "", fmt.Sprintf("RUN_FINISHED while %d %s are still %s (listed at an earlier RUN_FINISHED of this run)", n, k.what, k.state))
 	}
 	r.finishListed = true
-	var steps, msgs, rmsgs, spans, calls []openItem
-	for k, seq := range r.steps {
-		steps = append(steps, openItem{seq, k.name})
-	}
-	if o.msgs > 0 {
-		for id, e := range r.msgs {
-			if e.open {
-				msgs = append(msgs, openItem{e.openSeq, id})
-			}
-		}
-	}
-	if o.rmsgs > 0 || o.spans > 0 {
-		for id, e := range r.reasoning {
-			if e.open {
-				rmsgs = append(rmsgs, openItem{e.openSeq, id})
-			}
-			if e.spanOpen {
-				spans = append(spans, openItem{e.openSeq, id})
-			}
-		}
-		for _, e := range r.thinkMsgs {
-			if e.open {
-				rmsgs = append(rmsgs, openItem{e.openSeq, "(THINKING_TEXT_MESSAGE)"})
-			}
-		}
-		for _, e := range r.thinkSpans {
-			if e.spanOpen {
-				spans = append(spans, openItem{e.openSeq, "(THINKING)"})
-			}
-		}
-	}
-	if o.calls > 0 {
-		for _, c := range r.calls {
-			if c.open {
-				calls = append(calls, openItem{c.openSeq, c.id})
-			}
-		}
-	}
-	var subs []string
-	for id := range r.subActive {
-		subs = append(subs, id)
-	}
-	sort.Strings(subs)
-	switch {
-	case len(steps) > 0:
-		return viol("run_finished_with_open_steps", "", "RUN_FINISHED while steps are still active: "+listOpen(steps))
-	case len(msgs) > 0:
-		return viol("run_finished_with_open_messages", "", "RUN_FINISHED while text messages are still open: "+listOpen(msgs))
-	case len(rmsgs) > 0:
-		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning messages are still open: "+listOpen(rmsgs))
-	case len(spans) > 0:
-		return viol("run_finished_with_open_reasoning", "", "RUN_FINISHED while reasoning spans are still open: "+listOpen(spans))
-	case len(calls) > 0:
-		return viol("run_finished_with_open_tool_calls", "", "RUN_FINISHED while tool calls are still open: "+listOpen(calls))
-	}
-	items := make([]openItem, len(subs))
-	for i, id := range subs {
-		items[i] = openItem{i, id}
-	}
-	return viol("run_finished_with_active_subagents", "", "RUN_FINISHED while subagents are still active: "+listOpen(items))
+	return viol(k.rule, "", "RUN_FINISHED while "+k.what+" are still "+k.state+": "+listOpen(r.openItems(kind)))
 }
 
-// openSummary names, from the counts alone, what runFinished would list
-// first: how many, the rule, and what they are.
-func (r *runState) openSummary() (int, string, string) {
+// openKind is what RUN_FINISHED finds open, in the order it names them.
+type openKind uint8
+
+const (
+	openNone openKind = iota
+	openSteps
+	openMsgs
+	openRmsgs
+	openSpans
+	openCalls
+	openSubs
+)
+
+// openKinds is how RUN_FINISHED names each kind; read-only.
+var openKinds = [...]struct{ rule, what, state string }{
+	openSteps: {"run_finished_with_open_steps", "steps", "active"},
+	openMsgs:  {"run_finished_with_open_messages", "text messages", "open"},
+	openRmsgs: {"run_finished_with_open_reasoning", "reasoning messages", "open"},
+	openSpans: {"run_finished_with_open_reasoning", "reasoning spans", "open"},
+	openCalls: {"run_finished_with_open_tool_calls", "tool calls", "open"},
+	openSubs:  {"run_finished_with_active_subagents", "subagents", "active"},
+}
+
+// firstOpen returns, from the counts alone, the first kind RUN_FINISHED
+// finds open and how many of it, or openNone.
+func (r *runState) firstOpen() (openKind, int) {
 	o := r.opened
 	switch {
 	case len(r.steps) > 0:
-		return len(r.steps), "run_finished_with_open_steps", "steps are"
+		return openSteps, len(r.steps)
 	case o.msgs > 0:
-		return o.msgs, "run_finished_with_open_messages", "text messages are"
+		return openMsgs, o.msgs
 	case o.rmsgs > 0:
-		return o.rmsgs, "run_finished_with_open_reasoning", "reasoning messages are"
+		return openRmsgs, o.rmsgs
 	case o.spans > 0:
-		return o.spans, "run_finished_with_open_reasoning", "reasoning spans are"
+		return openSpans, o.spans
 	case o.calls > 0:
-		return o.calls, "run_finished_with_open_tool_calls", "tool calls are"
+		return openCalls, o.calls
+	case len(r.subActive) > 0:
+		return openSubs, len(r.subActive)
 	}
-	return len(r.subActive), "run_finished_with_active_subagents", "subagents are"
+	return openNone, 0
+}
+
+// openItems returns the open items of one kind, in no order.
+func (r *runState) openItems(kind openKind) []openItem {
+	var items []openItem
+	switch kind {
+	case openSteps:
+		for k, seq := range r.steps {
+			items = append(items, openItem{seq, k.name})
+		}
+	case openMsgs:
+		for id, e := range r.msgs {
+			if e.open {
+				items = append(items, openItem{e.openSeq, id})
+			}
+		}
+	case openRmsgs, openSpans:
+		span := kind == openSpans
+		for id, e := range r.reasoning {
+			if (span && e.spanOpen) || (!span && e.open) {
+				items = append(items, openItem{e.openSeq, id})
+			}
+		}
+		thinking, name := r.thinkMsgs, "(THINKING_TEXT_MESSAGE)"
+		if span {
+			thinking, name = r.thinkSpans, "(THINKING)"
+		}
+		for _, e := range thinking {
+			if (span && e.spanOpen) || (!span && e.open) {
+				items = append(items, openItem{e.openSeq, name})
+			}
+		}
+	case openCalls:
+		for _, c := range r.calls {
+			if c.open {
+				items = append(items, openItem{c.openSeq, c.id})
+			}
+		}
+	case openSubs:
+		// Subagents have no open order: by id.
+		ids := make([]string, 0, len(r.subActive))
+		for id := range r.subActive {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for i, id := range ids {
+			items = append(items, openItem{i, id})
+		}
+	}
+	return items
 }
 
 // openItem is an open entity as RUN_FINISHED lists it.
