@@ -245,20 +245,8 @@ func (s *Stream) abandon(b *Batch) {
 		s.hold.deferring = false
 		return
 	}
-	for _, c := range q.order {
-		if _, ok := q.front[c]; ok && c.show == held {
-			s.unhold(c, withdrawn)
-			s.withhold(c.id)
-		}
-	}
-	for i := range q.back {
-		if c := q.back[i].c; c != nil && c.show == held {
-			s.unhold(c, withdrawn)
-			s.withhold(c.id)
-		}
-	}
-	for _, c := range s.run.order {
-		if c.show == held { // held with no event queued
+	for _, c := range s.run.order { // every call the run started, in order
+		if c.show == held {
 			s.unhold(c, withdrawn)
 			s.withhold(c.id)
 		}
