@@ -1,6 +1,9 @@
 package agui
 
-import "bytes"
+import (
+	"bytes"
+	"slices"
+)
 
 // This file is the hold queue of hold.go: where the events held back from
 // the consumer wait, and how a judgment lets them go.
@@ -66,14 +69,11 @@ func (q *holdQueue) toFront(c *call, h heldEvent) {
 	evs, ok := q.front[c]
 	if !ok {
 		if len(q.order) >= 2*q.ordered+8 {
-			live := q.order[:0]
-			for _, o := range q.order {
-				if _, in := q.front[o]; in {
-					live = append(live, o)
-				}
-			}
-			clear(q.order[len(live):])
-			q.order, q.ordered = live, len(live)
+			q.order = slices.DeleteFunc(q.order, func(o *call) bool {
+				_, in := q.front[o]
+				return !in
+			})
+			q.ordered = len(q.order)
 		}
 		q.order = append(q.order, c)
 	}

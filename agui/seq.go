@@ -2,6 +2,7 @@ package agui
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -500,14 +501,8 @@ type opener struct {
 
 func (o *openers) add(steps map[stepKey]int, k stepKey, seq int) {
 	if len(o.list) >= 2*o.compacted+8 {
-		live := o.list[:0]
-		for _, e := range o.list {
-			if steps[stepKey{e.own, k.name}] == e.seq {
-				live = append(live, e)
-			}
-		}
-		clear(o.list[len(live):])
-		o.list, o.compacted = live, len(live)
+		o.list = slices.DeleteFunc(o.list, func(e opener) bool { return steps[stepKey{e.own, k.name}] != e.seq })
+		o.compacted = len(o.list)
 	}
 	o.list = append(o.list, opener{k.own, seq})
 }
