@@ -375,7 +375,9 @@ func TestStreamMemoryPerEventByteBounded(t *testing.T) {
 				// compacted event, the frame) — with room for the GC's
 				// timing: the largest live heap a collection finds depends on
 				// when it runs, and 10 streams at once measured 370–530 MiB
-				// over seventeen runs on a 2-CPU host. One after the other,
+				// over seventeen runs on a 2-CPU host, later 418–562 MiB
+				// (text events, nine runs of this build and the one before
+				// it, which handle them alike): 4× for them at once. One after the other,
 				// only the stream at work holds its event (and the one before
 				// it, still letting its event go as the next starts: 82 MiB
 				// once, 50 usually), and the others keep little (2 MiB each
@@ -391,7 +393,7 @@ func TestStreamMemoryPerEventByteBounded(t *testing.T) {
 				if kind == "messages" {
 					factor = 5.5
 				}
-				limit := streams * factor * eventMiB
+				limit := streams * max(factor, 4) * eventMiB
 				if phase == "one after the other" {
 					limit = (factor+1)*eventMiB + streams*2
 				}
