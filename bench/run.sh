@@ -23,7 +23,9 @@
 #             PACED_ROUNDS rounds, targets interleaved, each target's median shown
 #   sweep     nginx and aguard only: SWEEP_TOTAL_RATE events/s in all, shared by
 #             each count of SWEEP_STREAMS streams, SWEEP_SECONDS: CPU per event
-#             against the number of streams
+#             against the number of streams; SWEEP_ROUNDS rounds, the counts
+#             in ascending order in odd rounds and descending in even ones, each
+#             count's median shown
 #   tools     TOOLS_STREAMS streams × TOOLS_RATE events/s, TOOLS_SECONDS: runs of
 #             TOOLS_EVENTS content events carrying 2 frontend tool calls with
 #             TOOLS_ARGS bytes of arguments each (left pending at RUN_FINISHED,
@@ -62,7 +64,7 @@ FRESH_AGUARD_PORT=$((BASE_PORT + 10))
 FRESH_ADMIN_PORT=$((BASE_PORT + 11))
 if [[ -n ${QUICK:-} ]]; then
 	: "${UNPACED_SECONDS:=5}" "${UNPACED_ROUNDS:=1}" "${PACED_SECONDS:=10}" "${PACED_ROUNDS:=1}" "${TOOLS_SECONDS:=10}" "${TOOLS_ROUNDS:=1}"
-	: "${SWEEP_SECONDS:=5}" "${SWEEP_STREAMS:=100 1000 5000}" "${IDLE_COUNTS:=1000 10000}"
+	: "${SWEEP_SECONDS:=5}" "${SWEEP_ROUNDS:=1}" "${SWEEP_STREAMS:=100 1000 5000}" "${IDLE_COUNTS:=1000 10000}"
 fi
 PHASES=${PHASES:-idle unpaced paced sweep tools idlesweep}
 DELTA=${DELTA:-64}                      # bytes per TEXT_MESSAGE_CONTENT delta
@@ -85,6 +87,7 @@ TOOLS_ROUNDS=${TOOLS_ROUNDS:-3}         # tool-call runs per target, interleaved
 SWEEP_STREAMS=${SWEEP_STREAMS:-100 300 1000 3000 5000}
 SWEEP_TOTAL_RATE=${SWEEP_TOTAL_RATE:-20000} # events/s offered in all at every stream count
 SWEEP_SECONDS=${SWEEP_SECONDS:-10}
+SWEEP_ROUNDS=${SWEEP_ROUNDS:-3}         # sweeps per target, counts in alternating order; each count's median is reported
 IDLE_COUNTS=${IDLE_COUNTS:-1000 3000 10000}
 MAX_LOAD=${MAX_LOAD:-0.8}               # 1-minute load average considered quiet
 MAX_BUSY=${MAX_BUSY:-0.25}              # or: CPUs busy over 3 s while our processes idle
@@ -109,6 +112,7 @@ WAITED=0
 UNPACED_ROUNDS_TEXT=""
 PACED_ROUNDS_TEXT=""
 TOOLS_ROUNDS_TEXT=""
+SWEEP_ROUNDS_TEXT=""
 
 log() { printf '[run.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -356,6 +360,10 @@ measure() {
 	[[ $phase == unpaced-r* ]] && label="unpaced, round ${phase#unpaced-r} of $UNPACED_ROUNDS"
 	[[ $phase == paced-r* ]] && label="paced, round ${phase#paced-r} of $PACED_ROUNDS"
 	[[ $phase == tools-r* ]] && label="tools, round ${phase#tools-r} of $TOOLS_ROUNDS"
+	if [[ $phase == sweep-n*-r* ]]; then
+		local n=${phase#sweep-n}
+		label="sweep, round ${phase##*-r} of $SWEEP_ROUNDS, ${n%-r*} streams"
+	fi
 	progress "$label / $target"
 	local url=${M_URL:-${URL[$target]}} pid=${M_PID:-${PROXY_PID[$target]:-}}
 	local watch=(-watch "agentsim=$SIM_PID")
@@ -444,13 +452,24 @@ run_phases() {
 		done
 	fi
 	# CPU per event against the number of streams, at one total event rate:
-	# what each open stream costs beyond its events.
+	# what each open stream costs beyond its events. The host's own cost
+	# per event drifts by ±15 % over minutes (nginx's figure at one count,
+	# measured twice a few minutes apart, moved from 16.8 to 21.5 s per 1M
+	# events): each count is measured SWEEP_ROUNDS times and its median
+	# reported, and the counts run in ascending order in odd rounds and in
+	# descending order in even ones, so that a drift over the phase does not
+	# line up with the stream count.
 	if phase sweep; then
-		for n in $SWEEP_STREAMS; do
-			rate=$(awk -v t="$SWEEP_TOTAL_RATE" -v n="$n" 'BEGIN{printf "%g", t/n}')
-			ramp=$((n / 1000 > 2 ? n / 1000 : 2))
-			for t in nginx aguard; do
-				measure "sweep-n$n" "$t" "events=1000000000&rate=$rate" -streams "$n" -ramp "${ramp}s" -warmup 3s -duration "${SWEEP_SECONDS}s"
+		local order
+		for r in $(seq "$SWEEP_ROUNDS"); do
+			order=$SWEEP_STREAMS
+			((r % 2)) || order=$(printf '%s\n' $SWEEP_STREAMS | tac | paste -sd' ')
+			for n in $order; do
+				rate=$(awk -v t="$SWEEP_TOTAL_RATE" -v n="$n" 'BEGIN{printf "%g", t/n}')
+				ramp=$((n / 1000 > 2 ? n / 1000 : 2))
+				for t in nginx aguard; do
+					measure "sweep-n$n-r$r" "$t" "events=1000000000&rate=$rate" -streams "$n" -ramp "${ramp}s" -warmup 3s -duration "${SWEEP_SECONDS}s"
+				done
 			done
 		done
 	fi
@@ -492,12 +511,14 @@ figure() {
 	awk '/"p99Ms"/{gsub(/[,]/,"",$2); p99=$2} /"name": "proxy"/{px=1} px && /cpuSecondsPerMillionEvents/{gsub(/[,]/,"",$2); cpu=$2; px=0}
 		END{if (cpu != "") printf "%.2f", cpu; else printf "%.3f", p99}' "$1"
 }
-# median_rounds PHASE ROUNDS [eps]: makes each target's median round of
-# PHASE (by figure) its PHASE result, and prints every round's figure
-# ("target r1 / r2 …; …").
+# median_rounds PHASE ROUNDS [eps] [TARGET...]: makes each target's median
+# round of PHASE (by figure) its PHASE result, and prints every round's
+# figure ("target r1 / r2 …; …"). The targets are TARGETS unless given.
 median_rounds() {
 	local phase=$1 rounds=$2 by=${3:-} t r median text="" figures
-	for t in "${TARGETS[@]}"; do
+	local targets=("${TARGETS[@]}")
+	(($# > 3)) && targets=("${@:4}")
+	for t in "${targets[@]}"; do
 		figures=()
 		for r in $(seq "$rounds"); do
 			figures+=("$(figure "$RES/$phase-r$r-$t.json" "$by")")
@@ -520,6 +541,11 @@ fi
 if phase tools; then
 	TOOLS_ROUNDS_TEXT=$(median_rounds tools "$TOOLS_ROUNDS")
 fi
+if phase sweep; then
+	for n in $SWEEP_STREAMS; do
+		SWEEP_ROUNDS_TEXT+="${SWEEP_ROUNDS_TEXT:+; }$n streams: $(median_rounds "sweep-n$n" "$SWEEP_ROUNDS" "" nginx aguard)"
+	done
+fi
 if command -v redis-cli >/dev/null; then
 	redis-cli -h 127.0.0.1 -p "$REDIS_PORT" info commandstats >"$RES/redis-commandstats.txt" 2>/dev/null || true
 fi
@@ -537,7 +563,8 @@ log "measured in $(( ($(date +%s) - T0) / 60 )) min $(( ($(date +%s) - T0) % 60 
 	echo "- paced rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $PACED_ROUNDS_TEXT"
 	echo "- tool-call workload: $TOOLS_STREAMS streams × $TOOLS_RATE events/s (every event counted), runs of $TOOLS_EVENTS content events with $TOOLS_CALLS frontend tool calls of $TOOLS_ARGS-byte arguments (TOOL_CALL_ARGS of 256 B), left pending at RUN_FINISHED; ${TOOLS_SECONDS}s window after ${TOOLS_RAMP}s ramp + 2s warm-up, $TOOLS_ROUNDS rounds with the targets interleaved, each target's median round shown"
 	echo "- tools rounds (proxy CPU s per 1M events; direct: p99 ms), in order: $TOOLS_ROUNDS_TEXT"
-	echo "- sweep (nginx and aguard): $SWEEP_TOTAL_RATE events/s offered in all, shared by $(echo "$SWEEP_STREAMS" | sed 's/ /, /g') streams in turn, ${SWEEP_SECONDS}s window after a ramp of max(2 s, streams/1000 s) + 3s warm-up"
+	echo "- sweep (nginx and aguard): $SWEEP_TOTAL_RATE events/s offered in all, shared by $(echo "$SWEEP_STREAMS" | sed 's/ /, /g') streams in turn, ${SWEEP_SECONDS}s window after a ramp of max(2 s, streams/1000 s) + 3s warm-up; $SWEEP_ROUNDS rounds, the counts in ascending order in odd rounds and descending in even ones, each count's median round shown"
+	echo "- sweep rounds (proxy CPU s per 1M events), in order of the rounds: $SWEEP_ROUNDS_TEXT"
 	echo "- idlesweep (nginx and aguard): $(echo "$IDLE_COUNTS" | sed 's/ /, /g') silent streams, each count on a freshly started proxy (open-file limit $NOFILE)"
 	echo "- aguard + Redis: a second \`aguard serve\` with \`--redis redis://127.0.0.1:$REDIS_PORT/0\`, $("$REDIS" --version | cut -d' ' -f1-3) on loopback, \`--save '' --appendonly no\`"
 	echo "- aguard + Redis ledger wired: \`bench/cmd/aguardprof -redis redis://127.0.0.1:$REDIS_PORT/1\` — the same data plane built in-process with the ledger in Redis, a cross-check of the serve --redis column"

@@ -46,14 +46,26 @@ func loadSweeps(dir string) (sweeps, error) {
 	return sw, nil
 }
 
-// parseSweepName splits "<count>-<target>.json".
+// parseSweepName splits "<count>-<target>.json". A round's file,
+// "<count>-r<round>-<target>.json", is not a count's result: run.sh copies
+// each count's median round to "<count>-<target>.json".
 func parseSweepName(s string) (n int, target string, ok bool) {
 	count, rest, found := strings.Cut(strings.TrimSuffix(s, ".json"), "-")
-	if !found || rest == "" {
+	if !found || rest == "" || isRound(rest) {
 		return 0, "", false
 	}
 	n, err := strconv.Atoi(count)
 	return n, rest, err == nil && n > 0
+}
+
+// isRound reports whether s starts with a round's "r<digits>-".
+func isRound(s string) bool {
+	r, _, found := strings.Cut(s, "-")
+	if !found || len(r) < 2 || r[0] != 'r' {
+		return false
+	}
+	_, err := strconv.Atoi(r[1:])
+	return err == nil
 }
 
 // counts are the stream counts measured for any target, in order.
