@@ -450,3 +450,54 @@ func TestReaderResumesAfterASourceThatWouldBlock(t *testing.T) {
 		}
 	}
 }
+
+// A backlog, reads that fill the buffer they are given, is read a pooled
+// buffer at a time rather than the small one: an agent that writes faster
+// than its consumer reads costs one read of the source per startBuffer
+// bytes, not per smallBuffer. Once the backlog is drained (the source has
+// nothing more: EAGAIN), the reader holds only its small buffer again.
+func TestABacklogIsReadAPooledBufferAtATime(t *testing.T) {
+	event := "data: " + strings.Repeat("x", 90) + "\n\n"
+	backlog := strings.Repeat(event, 200) // 19,600 bytes waiting at once
+	var lens []int
+	r := reader{r: readFunc(func(b []byte) (int, error) {
+		lens = append(lens, len(b))
+		if backlog == "" {
+			return 0, syscall.EAGAIN
+		}
+		n := copy(b, backlog)
+		backlog = backlog[n:]
+		return n, nil
+	}), max: 1 << 20, bom: true}
+	events := 0
+	for {
+		data, err := r.next()
+		if errors.Is(err, syscall.EAGAIN) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) != 90 {
+			t.Fatalf("event %d: %d bytes", events, len(data))
+		}
+		events++
+	}
+	if events != 200 {
+		t.Fatalf("%d events of 200", events)
+	}
+	if len(lens) < 3 || lens[0] != smallBuffer {
+		t.Fatalf("reads with room for %v bytes: the first is not the small buffer", lens)
+	}
+	for i, n := range lens[1 : len(lens)-1] {
+		if n < startBuffer*7/8 {
+			t.Fatalf("read %d of the backlog had room for %d bytes (reads %v)", i+1, n, lens)
+		}
+	}
+	if last := lens[len(lens)-1]; last != smallBuffer {
+		t.Fatalf("the read that found the backlog drained had room for %d bytes, not the small buffer's %d (reads %v)", last, smallBuffer, lens)
+	}
+	if r.own != nil || &r.buf[0] != &r.small[0] {
+		t.Fatalf("a pooled buffer of %d bytes is held once the backlog is drained", len(r.buf))
+	}
+}
