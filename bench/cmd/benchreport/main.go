@@ -152,6 +152,25 @@ func procCPU(name string) func(*result) (float64, bool) {
 	}
 }
 
+// procSplit is the user (the process's own code) or, with system, the
+// system (the kernel working for it) part of a process's CPU s per 1M
+// events; not ok for results from a loadgen that did not split them.
+func procSplit(name string, system bool) func(*result) (float64, bool) {
+	return func(r *result) (float64, bool) {
+		if r == nil {
+			return 0, false
+		}
+		p, ok := r.Proc(name)
+		if !ok || p.UserPerMEvents+p.SystemPerMEvents == 0 {
+			return 0, false
+		}
+		if system {
+			return p.SystemPerMEvents, true
+		}
+		return p.UserPerMEvents, true
+	}
+}
+
 func procRSS(name string) func(*result) (float64, bool) {
 	return func(r *result) (float64, bool) {
 		_, _, v, ok := r.proc(name)
@@ -306,6 +325,8 @@ func write(w io.Writer, res results, sw sweeps, meta string, pacedRate, toolsRat
 	// Unpaced throughput.
 	t.figures(fmt.Sprintf("throughput, unpaced, %d streams: events/s delivered", streamsOf(res, "unpaced")), "unpaced", "%.0f", eps, nil, true)
 	t.figures("CPU s of the proxy per 1M events, unpaced", "unpaced", "%.2f", procCPU("proxy"), proxies, true)
+	t.figures("… of which user (the proxy's own code), unpaced", "unpaced", "%.2f", procSplit("proxy", false), proxies, true)
+	t.figures("… of which system (the kernel working for it), unpaced", "unpaced", "%.2f", procSplit("proxy", true), proxies, true)
 	t.figures("(redis-server CPU s per 1M events, unpaced)", "unpaced", "%.2f", procCPU("redis"), redisUsers, false)
 	t.figures("(agentsim CPU s per 1M events, unpaced, for scale)", "unpaced", "%.2f", procCPU("agentsim"), nil, false)
 	t.errors("errors, unpaced", "unpaced")
@@ -318,6 +339,8 @@ func write(w io.Writer, res results, sw sweeps, meta string, pacedRate, toolsRat
 	t.added(label+": added p99 (minus direct), ms", "paced")
 	t.figures(fmt.Sprintf("%s: events/s delivered (offered %.0f)", label, float64(streamsOf(res, "paced"))*pacedRate), "paced", "%.0f", eps, nil, true)
 	t.figures("CPU s of the proxy per 1M events, paced", "paced", "%.2f", procCPU("proxy"), proxies, true)
+	t.figures("… of which user (the proxy's own code), paced", "paced", "%.2f", procSplit("proxy", false), proxies, true)
+	t.figures("… of which system (the kernel working for it), paced", "paced", "%.2f", procSplit("proxy", true), proxies, true)
 	t.figures("(redis-server CPU s per 1M events, paced)", "paced", "%.2f", procCPU("redis"), redisUsers, false)
 	t.figures("(agentsim CPU s per 1M events, paced, for scale)", "paced", "%.2f", procCPU("agentsim"), nil, false)
 	t.errors("errors, paced", "paced")

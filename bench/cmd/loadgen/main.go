@@ -224,7 +224,7 @@ var cdfQuantiles = func() []float64 {
 // sampler reads the watched processes at the window's edges.
 type sampler struct {
 	procs  []loadresult.Proc
-	cpu0   []float64
+	cpu0   []cpuTime
 	self   bool
 	selfT0 float64
 }
@@ -241,7 +241,7 @@ func newSampler(ws []watched) *sampler {
 func (s *sampler) begin() error {
 	s.cpu0 = s.cpu0[:0]
 	for i := range s.procs {
-		c, err := cpuSeconds(s.procs[i].PIDs)
+		c, err := cpuTimes(s.procs[i].PIDs)
 		if err != nil {
 			return err
 		}
@@ -258,7 +258,7 @@ func (s *sampler) begin() error {
 func (s *sampler) end(events int64, streams int) error {
 	for i := range s.procs {
 		p := &s.procs[i]
-		c, err := cpuSeconds(p.PIDs)
+		c, err := cpuTimes(p.PIDs)
 		if err != nil {
 			return err
 		}
@@ -266,9 +266,13 @@ func (s *sampler) end(events int64, streams int) error {
 		if err != nil {
 			return err
 		}
-		p.CPUSeconds = c - s.cpu0[i]
+		c0 := s.cpu0[i]
+		p.CPUSeconds = c.total() - c0.total()
+		p.UserSeconds, p.SystemSeconds = c.user-c0.user, c.system-c0.system
 		if events > 0 {
 			p.CPUPerMEvents = p.CPUSeconds / float64(events) * 1e6
+			p.UserPerMEvents = p.UserSeconds / float64(events) * 1e6
+			p.SystemPerMEvents = p.SystemSeconds / float64(events) * 1e6
 		}
 		p.RSSAfterKiB = r
 		if streams > 0 {
@@ -641,7 +645,7 @@ func printTable(w io.Writer, r *loadresult.Result) {
 	}
 	fmt.Fprintln(w)
 	for _, p := range r.Procs {
-		fmt.Fprintf(w, "%-10s pids %v  cpu %.2f s (%.2f s per 1M events)  rss %d -> %d KiB", p.Name, p.PIDs, p.CPUSeconds, p.CPUPerMEvents, p.RSSBeforeKiB, p.RSSAfterKiB)
+		fmt.Fprintf(w, "%-10s pids %v  cpu %.2f s (%.2f s per 1M events; user %.2f, system %.2f)  rss %d -> %d KiB", p.Name, p.PIDs, p.CPUSeconds, p.CPUPerMEvents, p.UserPerMEvents, p.SystemPerMEvents, p.RSSBeforeKiB, p.RSSAfterKiB)
 		if r.Mode == "idle" {
 			fmt.Fprintf(w, "  (%.1f KiB per stream)", p.RSSPerStreamKB)
 		}

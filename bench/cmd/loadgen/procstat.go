@@ -63,26 +63,35 @@ func statFields(b []byte) []string {
 	return strings.Fields(string(b[i+1:]))
 }
 
-// cpuSeconds is the user plus system CPU time of pids, in seconds.
-func cpuSeconds(pids []int) (float64, error) {
-	var ticks int64
+// cpuTime is the CPU time of pids, in seconds: user (utime) and system
+// (stime, the kernel working for them: system calls, and the network
+// stack's work they trigger).
+type cpuTime struct{ user, system float64 }
+
+// total is user plus system.
+func (c cpuTime) total() float64 { return c.user + c.system }
+
+// cpuTimes reads the CPU time of pids.
+func cpuTimes(pids []int) (cpuTime, error) {
+	var user, system int64
 	for _, pid := range pids {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
-			return 0, fmt.Errorf("reading CPU time of pid %d: %w", pid, err)
+			return cpuTime{}, fmt.Errorf("reading CPU time of pid %d: %w", pid, err)
 		}
 		f := statFields(b)
 		if len(f) < 13 {
-			return 0, fmt.Errorf("pid %d: short /proc/<pid>/stat", pid)
+			return cpuTime{}, fmt.Errorf("pid %d: short /proc/<pid>/stat", pid)
 		}
 		u, err1 := strconv.ParseInt(f[11], 10, 64)
 		s, err2 := strconv.ParseInt(f[12], 10, 64)
 		if err1 != nil || err2 != nil {
-			return 0, fmt.Errorf("pid %d: unreadable utime/stime", pid)
+			return cpuTime{}, fmt.Errorf("pid %d: unreadable utime/stime", pid)
 		}
-		ticks += u + s
+		user += u
+		system += s
 	}
-	return float64(ticks) / clockTicks, nil
+	return cpuTime{float64(user) / clockTicks, float64(system) / clockTicks}, nil
 }
 
 // rssKiB is the summed VmRSS of pids, in KiB.

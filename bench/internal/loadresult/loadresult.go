@@ -63,13 +63,20 @@ type CDFPoint struct {
 
 // Proc is one watched process over the window.
 type Proc struct {
-	Name           string  `json:"name"`
-	PIDs           []int   `json:"pids"`
-	CPUSeconds     float64 `json:"cpuSeconds"`
-	CPUPerMEvents  float64 `json:"cpuSecondsPerMillionEvents"`
-	RSSBeforeKiB   int64   `json:"rssBeforeKiB"`
-	RSSAfterKiB    int64   `json:"rssAfterKiB"`
-	RSSPerStreamKB float64 `json:"rssPerStreamKiB,omitempty"` // idle mode
+	Name          string  `json:"name"`
+	PIDs          []int   `json:"pids"`
+	CPUSeconds    float64 `json:"cpuSeconds"`
+	CPUPerMEvents float64 `json:"cpuSecondsPerMillionEvents"`
+	// UserSeconds and SystemSeconds split CPUSeconds: the process's own
+	// code, and the kernel working for it (system calls and the network
+	// stack's work they trigger); per 1M events likewise.
+	UserSeconds      float64 `json:"userSeconds"`
+	SystemSeconds    float64 `json:"systemSeconds"`
+	UserPerMEvents   float64 `json:"userSecondsPerMillionEvents"`
+	SystemPerMEvents float64 `json:"systemSecondsPerMillionEvents"`
+	RSSBeforeKiB     int64   `json:"rssBeforeKiB"`
+	RSSAfterKiB      int64   `json:"rssAfterKiB"`
+	RSSPerStreamKB   float64 `json:"rssPerStreamKiB,omitempty"` // idle mode
 }
 
 // Proc returns the watched process named name, if r has one.
