@@ -292,7 +292,7 @@ func FuzzEvents(f *testing.F) {
 		if max < 0 || max > 1<<16 {
 			max = 0
 		}
-		split = 1 + split&0xff
+		split = 1 + split&0x1fff // up to 8 KiB: reads that fill the small buffer, and a pooled one
 		var got []string
 		var gotErr error
 		for data, err := range Events(smallReads{bytes.NewReader(in), split}, 1<<20) {
