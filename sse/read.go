@@ -151,7 +151,6 @@ type reader struct {
 	blocked bool // the last read had nothing to give yet (EAGAIN)
 	skipLF  bool // the last line ended with a CR that was the last byte read: an LF right after it belongs to it
 	eof     bool
-	full    bool  // the last read filled the room it was given
 	err     error // the read error that ends the stream, once the bytes before it are parsed
 
 	small [smallBuffer]byte
@@ -279,9 +278,10 @@ func (r *reader) fill() {
 		// as much as the buffer holds (an event that arrives alone is one
 		// read, not two split at the buffer's end).
 		r.move(r.buf)
-	case small && r.full:
-		// The last read filled the small buffer: a backlog. Read it a
-		// pooled buffer at a time, given back once it holds nothing.
+	case small && r.end == len(r.buf):
+		// The last read filled the small buffer (only reads move end): a
+		// backlog. Read it a pooled buffer at a time, given back once it
+		// holds nothing.
 		r.swap(getBuffer(startBuffer))
 	case len(r.buf)-r.end >= len(r.buf)/8: // room left to read into
 	case live > len(r.buf)/2:
@@ -289,10 +289,8 @@ func (r *reader) fill() {
 	default:
 		r.move(r.buf)
 	}
-	room := len(r.buf) - r.end
 	n, err := r.r.Read(r.buf[r.end:])
 	r.end += n
-	r.full = n == room
 	if errors.Is(err, syscall.EAGAIN) {
 		r.blocked = true // the bytes read are parsed first
 		return
