@@ -14,8 +14,9 @@ import "bytes"
 // would forward it unchanged with nothing to note, and declines anything
 // else (whitespace, escapes in a key or the message id, another member, a
 // duplicate, a subagentRunId, an open chunk lane, a message not open, a run
-// not active), which then takes the general path. FuzzStream checks that the
-// two agree on every input.
+// not active), which then takes the general path. PassThrough asks the same
+// of an event before Feed, for a proxy that then forwards it itself.
+// FuzzStream checks that all three agree on every input.
 
 // textContentID reports whether data is exactly a compact JSON object whose
 // members are "type":"TEXT_MESSAGE_CONTENT", "messageId" (a string without
@@ -128,15 +129,39 @@ const (
 	canonicalMid  = `,"delta":"`
 )
 
-// feedTextContent forwards data unchanged when it is a plain
-// TEXT_MESSAGE_CONTENT for a text message open in the active run, with no
-// chunk lane open, and reports whether it did. The general path would find
-// nothing to check or change in it: runRules passes (a run is active and not
-// finished), the event carries no subagentRunId so no owner can disagree,
-// closeLaneOf has no lane to close, and textCont finds the message open; and
-// with no barrier in the hold queue the event, which belongs to no tool call,
-// goes out at once (hold.go).
+// PassThrough reports whether data, the stream's next event, is one that
+// Feed would forward byte for byte with nothing to note or record: a plain
+// TEXT_MESSAGE_CONTENT continuing the text message open in the active run
+// (see feedTextContent). When it reports true the event is taken, as Feed
+// would have taken it: the caller forwards data unchanged and does not feed
+// it. This spares a proxy the batch it would otherwise read back for the
+// commonest event of a stream; any other event reports false, and goes to
+// Feed.
+func (s *Stream) PassThrough(data []byte) bool {
+	return !s.done && !s.overflow && s.passesText(data)
+}
+
+// feedTextContent forwards data unchanged when it passes as a plain
+// TEXT_MESSAGE_CONTENT (passesText), and reports whether it did.
 func (s *Stream) feedTextContent(data []byte, b *Batch) bool {
+	if !s.passesText(data) {
+		return false
+	}
+	b.InType = tTextContent
+	s.emit(b, tTextContent, data)
+	return true
+}
+
+// passesText reports whether data is a plain TEXT_MESSAGE_CONTENT for a
+// text message open in the active run, with no chunk lane open. The general
+// path would find nothing to check or change in it: runRules passes (a run
+// is active and not finished), the event carries no subagentRunId so no
+// owner can disagree, closeLaneOf has no lane to close, and textCont finds
+// the message open; and with no barrier in the hold queue the event, which
+// belongs to no tool call, goes out at once (hold.go). It remembers the
+// message as the run's current text message, which the next event most
+// likely continues.
+func (s *Stream) passesText(data []byte) bool {
 	if s.slow || !s.first || s.runErr || s.runDone || !s.runStarted || len(s.lanes) > 0 || s.hold.barrier {
 		return false
 	}
@@ -151,10 +176,5 @@ func (s *Stream) feedTextContent(data []byte, b *Batch) bool {
 		}
 		s.run.text = e
 	}
-	if !e.open {
-		return false
-	}
-	b.InType = tTextContent
-	s.emit(b, tTextContent, data)
-	return true
+	return e.open
 }

@@ -73,6 +73,13 @@ func TestFastPathForwardsOpenMessageContent(t *testing.T) {
 				if tc.fast && (len(b.Out) != 1 || string(b.Out[0].JSON) != content || b.InType != tTextContent) {
 					t.Fatalf("fast path forwarded %+v", b)
 				}
+				lane := NewStream(nil, Options{Monitor: monitor})
+				for _, e := range tc.before {
+					lane.Feed(context.Background(), []byte(e), &b)
+				}
+				if got := lane.PassThrough([]byte(content)); got != tc.fast {
+					t.Fatalf("monitor %v: PassThrough = %v, want %v", monitor, got, tc.fast)
+				}
 			}
 		})
 	}

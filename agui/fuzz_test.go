@@ -294,17 +294,28 @@ func FuzzParseRunInput(f *testing.F) {
 // same.
 func sameAsSlowPath(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	t.Helper()
-	fast, slow := NewStream(in, opts), NewStream(in, opts)
+	fast, slow, lane := NewStream(in, opts), NewStream(in, opts), NewStream(in, opts)
 	slow.slow = true
 	// The fast stream also builds every tree from a hollow copy
-	// (hollow.go), the slow one none.
-	fast.hollowAbove, slow.hollowAbove = 0, math.MaxInt
-	var fb, sb Batch
+	// (hollow.go), the slow one none. The lane stream offers each event
+	// to PassThrough first, as the proxy does: what it takes must be what
+	// Feed would have forwarded, byte for byte, with nothing else.
+	fast.hollowAbove, slow.hollowAbove, lane.hollowAbove = 0, math.MaxInt, 0
+	var fb, sb, lb Batch
 	for i, e := range events {
 		fast.Feed(context.Background(), e, &fb)
 		slow.Feed(context.Background(), e, &sb)
+		if lane.PassThrough(e) {
+			lb.Reset()
+			lb.InType, lb.Out = tTextContent, append(lb.Out, Event{Type: tTextContent, JSON: e})
+		} else {
+			lane.Feed(context.Background(), e, &lb)
+		}
 		if d := batchDiff(&fb, &sb); d != "" {
 			t.Fatalf("event %d %q: fast path differs: %s\nevents:\n%s", i, e, d, bytes.Join(events, []byte("\n")))
+		}
+		if d := batchDiff(&lb, &sb); d != "" {
+			t.Fatalf("event %d %q: PassThrough differs: %s\nevents:\n%s", i, e, d, bytes.Join(events, []byte("\n")))
 		}
 		if fb.Done {
 			return
@@ -312,8 +323,12 @@ func sameAsSlowPath(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	}
 	fast.End(nil, &fb)
 	slow.End(nil, &sb)
+	lane.End(nil, &lb)
 	if d := batchDiff(&fb, &sb); d != "" {
 		t.Fatalf("End: fast path differs: %s", d)
+	}
+	if d := batchDiff(&lb, &sb); d != "" {
+		t.Fatalf("End: PassThrough's stream differs: %s", d)
 	}
 }
 

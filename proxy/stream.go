@@ -441,10 +441,13 @@ func (s *stream) step(data []byte, err error) string {
 		}
 	}
 	var out *Output
-	if !s.fed {
+	switch {
+	case !s.fed:
 		s.fed = true
 		out = s.feedAside(data)
-	} else {
+	case s.pipe.PassThrough(data):
+		return s.passOn(data)
+	default:
 		out = s.pipe.Feed(s.ctx, data)
 	}
 	end := ""
@@ -515,10 +518,31 @@ func (s *stream) emit(out *Output, in int, end string) string {
 		}
 		return end
 	}
+	s.countsDueLocked()
+	return end
+}
+
+// passOn queues an event the checks let through unchanged
+// (Pipeline.PassThrough): what emit does for a step whose only output is
+// its input, the commonest step, without a step's other results to read.
+func (s *stream) passOn(data []byte) string {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.c.bytesIn += float64(len(data))
+	s.c.textIn++
+	if s.writeEventLocked(agui.Event{Type: agui.EventTextContent, JSON: data}) != nil {
+		return "consumer_gone"
+	}
+	s.countsDueLocked()
+	return ""
+}
+
+// countsDueLocked adds the batched counts to the shared counters once a
+// second while events flow (counts); wmu is held.
+func (s *stream) countsDueLocked() {
 	if now := s.lastWrite.UnixNano(); now-s.c.at >= int64(time.Second) {
 		s.flushCountsLocked(now)
 	}
-	return end
 }
 
 // writeEvents queues events as frames (a large one is written at once).
@@ -530,18 +554,24 @@ func (s *stream) writeEvents(events []agui.Event) error {
 
 func (s *stream) writeEventsLocked(events []agui.Event) error {
 	for _, ev := range events {
-		countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
-		if len(ev.JSON) > bigFrame {
-			if ok, err := s.writeBigFrameLocked(ev.JSON); ok {
-				if err != nil {
-					return err
-				}
-				continue
-			}
+		if err := s.writeEventLocked(ev); err != nil {
+			return err
 		}
-		s.roomLocked(len(ev.JSON) + frameExtra)
-		s.out = sse.AppendFrame(s.out, ev.JSON)
 	}
+	return nil
+}
+
+// writeEventLocked queues one event as a frame (a large one is written at
+// once); wmu is held.
+func (s *stream) writeEventLocked(ev agui.Event) error {
+	countEvent(s.p.m.eventsOut, &s.c.textOut, ev.Type)
+	if len(ev.JSON) > bigFrame {
+		if ok, err := s.writeBigFrameLocked(ev.JSON); ok {
+			return err
+		}
+	}
+	s.roomLocked(len(ev.JSON) + frameExtra)
+	s.out = sse.AppendFrame(s.out, ev.JSON)
 	return nil
 }
 
