@@ -504,8 +504,7 @@ func (s *stream) emit(out *Output, in int, end string) string {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if out.InType != "" {
-		s.c.bytesIn += float64(in)
-		countEvent(s.p.m.eventsIn, &s.c.textIn, out.InType)
+		s.countInLocked(out.InType, in)
 	}
 	if s.writeEventsLocked(events) != nil {
 		return "consumer_gone"
@@ -528,13 +527,19 @@ func (s *stream) emit(out *Output, in int, end string) string {
 func (s *stream) passOn(data []byte) string {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.c.bytesIn += float64(len(data))
-	s.c.textIn++
+	s.countInLocked(agui.EventTextContent, len(data))
 	if s.writeEventLocked(agui.Event{Type: agui.EventTextContent, JSON: data}) != nil {
 		return "consumer_gone"
 	}
 	s.countsDueLocked()
 	return ""
+}
+
+// countInLocked counts an event of type typ, n bytes, from the agent; wmu
+// is held.
+func (s *stream) countInLocked(typ string, n int) {
+	s.c.bytesIn += float64(n)
+	countEvent(s.p.m.eventsIn, &s.c.textIn, typ)
 }
 
 // countsDueLocked adds the batched counts to the shared counters once a
