@@ -208,3 +208,21 @@ func TestTextContentCanonicalReadsTheSDKOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathForgetsAReplacedMessage: a MESSAGES_SNAPSHOT that puts back
+// aguard's decline replaces the entity of a message with that id; the fast
+// path's remembered message (runState.text) must not outlive it. The
+// decline's id is predictable, so an agent can open a text message under
+// it first: its next content is then for a message that is not open, which
+// the fast path and PassThrough must refuse as the general path does.
+func TestFastPathForgetsAReplacedMessage(t *testing.T) {
+	asstC := `{"id":"m1","role":"assistant","toolCalls":[{"id":"c1","type":"function","function":{"name":"confirm","arguments":"{}"}}]}`
+	start := `{"type":"TEXT_MESSAGE_START","messageId":"aguard-declined-c1","role":"assistant"}`
+	content := `{"type":"TEXT_MESSAGE_CONTENT","messageId":"aguard-declined-c1","delta":"x"}`
+	events := [][]byte{[]byte(runStarted), []byte(snapshot(msgUser, asstC)), []byte(start), []byte(content),
+		[]byte(snapshot(msgUser, asstC, msgDone)), []byte(content)}
+	for _, monitor := range []bool{false, true} {
+		opts := Options{Decider: &byName{verdicts: map[string]string{"confirm": ActionDeny}}, Monitor: monitor}
+		sameAsSlowPath(t, mustInput(t, inputJSON), events, opts)
+	}
+}

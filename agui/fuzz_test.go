@@ -74,6 +74,10 @@ var genTemplates = []string{
 	`{"type":"TOOL_CALL_CHUNK","toolCallId":"%i","toolCallName":"search","delta":"{"%t}`,
 	`{"type":"TOOL_CALL_RESULT","messageId":"%i","toolCallId":"b","content":"x"%t}`,
 	`{"type":"REASONING_ENCRYPTED_VALUE","subtype":"tool-call","entityId":"%i","encryptedValue":"e"%t}`,
+	// A text message under the id of aguard's decline of call %i, which a
+	// later snapshot puts back (TestFastPathForgetsAReplacedMessage).
+	`{"type":"TEXT_MESSAGE_START","messageId":"aguard-declined-%i"%t}`,
+	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"aguard-declined-%i","delta":"d"%t}`,
 }
 
 // fuzzHistory is a run input whose history holds the frontend call "a",

@@ -132,6 +132,10 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
 			if !ok {
 				s.run.keep(len(a.msgID) + len(a.own.id))
+			} else {
+				// A new entity replaces the message's: the fast path's
+				// remembered message (fast.go) may be the one replaced.
+				s.run.text = nil
 			}
 			put(&s.run.msgs, a.msgID, &entity{id: a.msgID, own: a.own})
 		}
