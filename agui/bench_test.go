@@ -26,6 +26,27 @@ func BenchmarkFeedTextContent(b *testing.B) {
 	}
 }
 
+// BenchmarkFeedReasoningContent: what a reasoning model streams before it
+// answers — a compact REASONING_MESSAGE_CONTENT for an open reasoning
+// message, forwarded unchanged.
+func BenchmarkFeedReasoningContent(b *testing.B) {
+	s := NewStream(nil, Options{})
+	var batch Batch
+	s.Feed(context.Background(), []byte(runStarted), &batch)
+	s.Feed(context.Background(), []byte(`{"type":"REASONING_START","messageId":"r-1"}`), &batch)
+	s.Feed(context.Background(), []byte(`{"type":"REASONING_MESSAGE_START","messageId":"r-1","role":"reasoning"}`), &batch)
+	ev := []byte(`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r-1","delta":"The quick brown fox jumps over the lazy dog."}`)
+	b.SetBytes(int64(len(ev)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		s.Feed(context.Background(), ev, &batch)
+	}
+	if len(batch.Out) != 1 || len(batch.Notes) != 0 {
+		b.Fatalf("batch = %+v", batch)
+	}
+}
+
 // BenchmarkFeedToolCall: a START / ARGS×16 / END group with ~1 KB of
 // arguments, then its RESULT.
 func BenchmarkFeedToolCall(b *testing.B) {

@@ -78,6 +78,11 @@ var genTemplates = []string{
 	// later snapshot puts back (TestFastPathForgetsAReplacedMessage).
 	`{"type":"TEXT_MESSAGE_START","messageId":"aguard-declined-%i"%t}`,
 	`{"type":"TEXT_MESSAGE_CONTENT","messageId":"aguard-declined-%i","delta":"d"%t}`,
+	// Reasoning messages, whose content the fast path takes too.
+	`{"type":"REASONING_MESSAGE_START","messageId":"%i","role":"reasoning"%t}`,
+	`{"type":"REASONING_MESSAGE_CONTENT","messageId":"%i","delta":"d"%t}`,
+	`{"type":"REASONING_MESSAGE_END","messageId":"%i"%t}`,
+	`{"delta":"d","messageId":"%i","type":"REASONING_MESSAGE_CONTENT"}`,
 }
 
 // fuzzHistory is a run input whose history holds the frontend call "a",
@@ -309,9 +314,9 @@ func sameAsSlowPath(t *testing.T, in *RunInput, events [][]byte, opts Options) {
 	for i, e := range events {
 		fast.Feed(context.Background(), e, &fb)
 		slow.Feed(context.Background(), e, &sb)
-		if lane.PassThrough(e) {
+		if typ, ok := lane.PassThrough(e); ok {
 			lb.Reset()
-			lb.InType, lb.Out = tTextContent, append(lb.Out, Event{Type: tTextContent, JSON: e})
+			lb.InType, lb.Out = typ, append(lb.Out, Event{Type: typ, JSON: e})
 		} else {
 			lane.Feed(context.Background(), e, &lb)
 		}

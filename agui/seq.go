@@ -160,8 +160,11 @@ type runState struct {
 	finishListed bool
 	// text is the text message the fast path (fast.go) last continued, or
 	// nil: most content events continue the message before them, and this
-	// spares the map lookup.
-	text *entity
+	// spares the map lookup. thought is the reasoning message it last
+	// continued, under the id thoughtID.
+	text      *entity
+	thought   *entity
+	thoughtID string
 }
 
 // put sets m[k] = v, making m first: a stream's maps are made when it
@@ -198,6 +201,7 @@ func (r *runState) reset() {
 	r.opened = openCounts{}
 	r.finishListed = false
 	r.text = nil
+	r.thought, r.thoughtID = nil, ""
 }
 
 // openCounts counts a run's open text messages, reasoning messages (the

@@ -141,7 +141,7 @@ func (s *Stream) feed(data []byte, b *Batch) {
 		s.end(b, CodeLimitExceeded, msgTooManyCalls)
 		return
 	}
-	if s.feedTextContent(data, b) {
+	if s.feedContent(data, b) {
 		return
 	}
 	compact, serr := s.sc.scan(data)

@@ -55,9 +55,13 @@ func (p *Pipeline) Feed(ctx context.Context, data []byte) *Output {
 // PassThrough reports whether data is an event the checks let through
 // unchanged with nothing to note or record (agui.Stream.PassThrough): the
 // event is then taken, and the caller forwards data as it is instead of
-// feeding it. Never for a 0.x consumer, whose events the bridge re-frames.
-func (p *Pipeline) PassThrough(data []byte) bool {
-	return p.bridge == nil && p.st.PassThrough(data)
+// feeding it as an event of type typ. Never for a 0.x consumer, whose
+// events the bridge re-frames.
+func (p *Pipeline) PassThrough(data []byte) (typ string, ok bool) {
+	if p.bridge != nil {
+		return "", false
+	}
+	return p.st.PassThrough(data)
 }
 
 // End reports the end of the upstream body (err nil) or its breaking.

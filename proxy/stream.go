@@ -441,13 +441,12 @@ func (s *stream) step(data []byte, err error) string {
 		}
 	}
 	var out *Output
-	switch {
-	case !s.fed:
+	if !s.fed {
 		s.fed = true
 		out = s.feedAside(data)
-	case s.pipe.PassThrough(data):
-		return s.passOn(data)
-	default:
+	} else if typ, ok := s.pipe.PassThrough(data); ok {
+		return s.passOn(typ, data)
+	} else {
 		out = s.pipe.Feed(s.ctx, data)
 	}
 	end := ""
@@ -521,14 +520,14 @@ func (s *stream) emit(out *Output, in int, end string) string {
 	return end
 }
 
-// passOn queues an event the checks let through unchanged
+// passOn queues an event of type typ the checks let through unchanged
 // (Pipeline.PassThrough): what emit does for a step whose only output is
 // its input, the commonest step, without a step's other results to read.
-func (s *stream) passOn(data []byte) string {
+func (s *stream) passOn(typ string, data []byte) string {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	s.countInLocked(agui.EventTextContent, len(data))
-	if s.writeEventLocked(agui.Event{Type: agui.EventTextContent, JSON: data}) != nil {
+	s.countInLocked(typ, len(data))
+	if s.writeEventLocked(agui.Event{Type: typ, JSON: data}) != nil {
 		return "consumer_gone"
 	}
 	s.countsDueLocked()
