@@ -1,4 +1,4 @@
-//go:build unix && !solaris && !illumos && !aix
+//go:build unix && !linux && !solaris && !illumos && !aix
 
 package rawio
 

@@ -12,13 +12,7 @@ import (
 // system call (see the package doc): 0 and a nil error is the peer's
 // close; syscall.EAGAIN, nothing to read yet.
 func Peek(fd int, b []byte) (int, error) {
-	n, _, errno := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd),
-		uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(len(b)),
-		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
-	if errno != 0 {
-		return 0, errno
-	}
-	return int(n), nil
+	return recvfrom(fd, b, syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 }
 
 // BytesAcked is how many bytes sent on the TCP socket fd its peer's stack
