@@ -106,6 +106,9 @@ mode_load() {
 	paced) QUERY="events=1000000000&rate=20" LOAD=(-streams $((1000 / share)) -ramp 2s -warmup 3s) ;;
 	unpaced) QUERY="events=1000000000&rate=0" LOAD=(-streams $((50 / share)) -ramp 1s -warmup 2s) ;;
 	tools) QUERY="events=200&rate=20&tools=2&args=1024&frontend=true" LOAD=(-streams $((200 / share)) -ramp 5s -warmup 2s) ;;
-	*) die "MODE is paced, unpaced or tools, not $1" ;;
+	# cold: the sweep's 3000-stream point (run.sh), where each stream is woken
+	# once every 150 ms and finds its state cold in the cache.
+	cold) QUERY="events=1000000000&rate=6.667" LOAD=(-streams $((3000 / share)) -ramp 3s -warmup 3s) ;;
+	*) die "MODE is paced, unpaced, tools or cold, not $1" ;;
 	esac
 }
