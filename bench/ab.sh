@@ -9,6 +9,11 @@
 #
 #   bash bench/ab.sh main .                  # paced: 1,000 streams × 20 events/s
 #   MODE=tools ROUNDS=2 bash bench/ab.sh main .
+#   MODE=unpaced bash bench/ab.sh . .+GOMAXPROCS=1
+#
+# A REF may carry environment settings for its aguard after a plus
+# (REF+VAR=VALUE[+VAR=VALUE...]): the same build with and without them are
+# then two targets.
 #
 # MODE: paced (default), unpaced (50 streams, as fast as read) or tools (200
 # streams × 20 events/s, runs of 200 events with two frontend calls of 1 KiB
@@ -41,7 +46,14 @@ NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
 mode_load "$MODE"
 
-build_refs "${REFS[@]}"
+# ref_base REF: REF without its environment settings.
+ref_base() { echo "${1%%+*}"; }
+bases=()
+for ref in "${REFS[@]}"; do
+	base=$(ref_base "$ref")
+	[[ " ${bases[*]} " == *" $base "* ]] || bases+=("$base")
+done
+build_refs "${bases[@]}"
 mkdir -p "$WORK/nginx/tmp"
 nginx_conf "$SIM_PORT" "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
@@ -60,10 +72,12 @@ fi
 port=$((NGINX_PORT + 1))
 db=0
 for ref in "${REFS[@]}"; do
-	name=$(refname "$ref")
+	base=$(ref_base "$ref") envs=()
+	name=$(refname "$base")
+	[[ $ref == "$base" ]] || IFS=+ read -ra envs <<<"${ref#"$base"+}"
 	[[ -z ${REDIS:-} ]] || REDIS_ARGS=(--redis "redis://127.0.0.1:$redis_port/$db")
 	db=$((db + 1))
-	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
+	env "${envs[@]}" "$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
 		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name.log" 2>&1 &
 	PIDS+=($!) TPIDS+=($!) NAMES+=("aguard $ref") PORTS+=("$port")
 	port=$((port + 1))
@@ -87,11 +101,12 @@ measure() {
 	awk -v round="$1" -v name="${NAMES[$2]}" -v cs="$( (grep -s context-switches "$out.perf" || true) | cut -d, -f1)" '
 		/^latency ms:/ { for (i = 1; i < NF; i++) if ($i == "p99") p99 = $(i + 1) }
 		$1 == "proxy" { for (i = 1; i < NF; i++) if ($i == "per" && $(i + 1) == "1M") cpu = substr($(i - 2), 2) }
-		END { printf "| %s | %s | %.2f | %.3f | %s |\n", round, name, cpu, p99, (cs == "" ? "—" : cs) }' "$out.txt"
+		/events in window/ { eps = $0; sub(/.*\(/, "", eps); sub(/\/s\).*/, "", eps) }
+		END { printf "| %s | %s | %.2f | %.3f | %s | %s |\n", round, name, cpu, p99, eps, (cs == "" ? "—" : cs) }' "$out.txt"
 }
 
-echo "| round | proxy | CPU s per 1M events | p99 ms | context switches in $((WINDOW - 2)) s |"
-echo "|---:|---|---:|---:|---:|"
+echo "| round | proxy | CPU s per 1M events | p99 ms | events/s | context switches in $((WINDOW - 2)) s |"
+echo "|---:|---|---:|---:|---:|---:|"
 for round in $(seq "$ROUNDS"); do
 	for i in "${!TPIDS[@]}"; do measure "$round" "$i"; done
 done
