@@ -78,7 +78,7 @@ for ref in "${REFS[@]}"; do
 	[[ -z ${REDIS:-} ]] || REDIS_ARGS=(--redis "redis://127.0.0.1:$redis_port/$db")
 	db=$((db + 1))
 	env "${envs[@]}" "$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
-		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name.log" 2>&1 &
+		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name-$db.log" 2>&1 &
 	PIDS+=($!) TPIDS+=($!) NAMES+=("aguard $ref") PORTS+=("$port")
 	port=$((port + 1))
 done
