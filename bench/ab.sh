@@ -46,14 +46,7 @@ NGINX=$(command -v nginx || true)
 [[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
 mode_load "$MODE"
 
-# ref_base REF: REF without its environment settings.
-ref_base() { echo "${1%%+*}"; }
-bases=()
-for ref in "${REFS[@]}"; do
-	base=$(ref_base "$ref")
-	[[ " ${bases[*]} " == *" $base "* ]] || bases+=("$base")
-done
-build_refs "${bases[@]}"
+build_refs "${REFS[@]%%+*}" # each REF without its environment settings
 mkdir -p "$WORK/nginx/tmp"
 nginx_conf "$SIM_PORT" "$NGINX_PORT" >"$WORK/nginx/nginx.conf"
 "$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" -idle-hold 5m >"$WORK/agentsim.log" 2>&1 &
@@ -72,7 +65,7 @@ fi
 port=$((NGINX_PORT + 1))
 db=0
 for ref in "${REFS[@]}"; do
-	base=$(ref_base "$ref") envs=()
+	base=${ref%%+*} envs=()
 	name=$(refname "$base")
 	[[ $ref == "$base" ]] || IFS=+ read -ra envs <<<"${ref#"$base"+}"
 	[[ -z ${REDIS:-} ]] || REDIS_ARGS=(--redis "redis://127.0.0.1:$redis_port/$db")

@@ -36,7 +36,7 @@ refname() {
 }
 # build_refs REF...: agentsim and loadgen from the working tree, and one
 # aguard per REF (a git ref, or "." for the working tree; "nginx" is
-# skipped), into $WORK.
+# skipped, and so is a REF named twice), into $WORK.
 build_refs() {
 	local ref name
 	log "building agentsim and loadgen from the working tree"
@@ -44,6 +44,7 @@ build_refs() {
 	for ref in "$@"; do
 		[[ $ref != nginx ]] || continue
 		name=$(refname "$ref")
+		[[ ! -e $WORK/aguard-$name ]] || continue
 		if [[ $ref == . ]]; then
 			(cd "$ROOT" && go build -o "$WORK/aguard-$name" ./cmd/aguard)
 		else
