@@ -34,15 +34,16 @@ await() {
 refname() {
 	if [[ $1 == . ]]; then echo worktree; else echo "${1//\//_}"; fi
 }
-# build_refs REF...: agentsim and loadgen from the working tree, and one
-# aguard per REF (a git ref, or "." for the working tree; "nginx" is
-# skipped, and so is a REF named twice), into $WORK.
+# build_refs REF...: agentsim, loadgen and copyfloor from the working tree,
+# and one aguard per REF (a git ref, or "." for the working tree; "nginx"
+# and "copyfloor:MODE" are skipped, and so is a REF named twice), into
+# $WORK.
 build_refs() {
 	local ref name
-	log "building agentsim and loadgen from the working tree"
-	(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen)
+	log "building agentsim, loadgen and copyfloor from the working tree"
+	(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen ./bench/cmd/copyfloor)
 	for ref in "$@"; do
-		[[ $ref != nginx ]] || continue
+		[[ $ref != nginx && $ref != copyfloor:* ]] || continue
 		name=$(refname "$ref")
 		[[ ! -e $WORK/aguard-$name ]] || continue
 		if [[ $ref == . ]]; then
