@@ -80,13 +80,13 @@ for ref in "${REFS[@]}"; do
 	db=$((db + 1))
 	if [[ $base == copyfloor:* ]]; then
 		env "${envs[@]}" "$WORK/copyfloor" -mode "${base#copyfloor:}" -listen "127.0.0.1:$port" -agent "127.0.0.1:$SIM_PORT" >"$WORK/copyfloor-$db.log" 2>&1 &
-		PIDS+=($!) TPIDS+=($!) NAMES+=("$ref") PORTS+=("$port")
-		port=$((port + 1))
-		continue
+		NAMES+=("$ref")
+	else
+		env "${envs[@]}" "$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
+			--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name-$db.log" 2>&1 &
+		NAMES+=("aguard $ref")
 	fi
-	env "${envs[@]}" "$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$port" \
-		--admin-listen "127.0.0.1:$((port + 20))" --drain-timeout 1s "${REDIS_ARGS[@]}" >"$WORK/aguard-$name-$db.log" 2>&1 &
-	PIDS+=($!) TPIDS+=($!) NAMES+=("aguard $ref") PORTS+=("$port")
+	PIDS+=($!) TPIDS+=($!) PORTS+=("$port")
 	port=$((port + 1))
 done
 for p in "${PORTS[@]}"; do await "$p"; done

@@ -34,14 +34,15 @@ await() {
 refname() {
 	if [[ $1 == . ]]; then echo worktree; else echo "${1//\//_}"; fi
 }
-# build_refs REF...: agentsim, loadgen and copyfloor from the working tree,
-# and one aguard per REF (a git ref, or "." for the working tree; "nginx"
-# and "copyfloor:MODE" are skipped, and so is a REF named twice), into
-# $WORK.
+# build_refs REF...: agentsim and loadgen from the working tree (and
+# copyfloor when a REF is "copyfloor:MODE"), and one aguard per other REF (a
+# git ref, or "." for the working tree; "nginx" is skipped, and so is a REF
+# named twice), into $WORK.
 build_refs() {
-	local ref name
-	log "building agentsim, loadgen and copyfloor from the working tree"
-	(cd "$ROOT" && go build -o "$WORK/" ./bench/cmd/agentsim ./bench/cmd/loadgen ./bench/cmd/copyfloor)
+	local ref name tools=(./bench/cmd/agentsim ./bench/cmd/loadgen)
+	[[ " $* " != *" copyfloor:"* ]] || tools+=(./bench/cmd/copyfloor)
+	log "building ${tools[*]##*/} from the working tree"
+	(cd "$ROOT" && go build -o "$WORK/" "${tools[@]}")
 	for ref in "$@"; do
 		[[ $ref != nginx && $ref != copyfloor:* ]] || continue
 		name=$(refname "$ref")
