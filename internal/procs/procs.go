@@ -1,25 +1,43 @@
 // Package procs fits GOMAXPROCS to the CPU time the process uses: one
 // processor while aguard's load fits well within one CPU, every processor
-// the runtime's default allows as soon as it does not.
+// the runtime's default allows as soon as it does not, and twice that while
+// other processes keep aguard's threads waiting for a CPU.
 //
 // Go's scheduler keeps idle processors ready for work. When a goroutine
 // blocked on the network becomes runnable, the thread that polled it wakes
-// another thread to look for more work ("spinning"), which mostly finds none
-// and goes back to sleep. Under a proxy's typical load, many streams each
-// delivering an event now and then, that costs a futex wake, a sleep and two
-// context switches for a handful of events, on top of the read and the write
-// that are the work itself. With one processor there is no other thread to
-// wake. Measured on a 2-CPU machine (bench/README.md, "One processor while
-// the load fits in one"): 19 % less CPU per event at 200 streams × 20
-// events/s with tool calls and Redis, one proxy at a time (5-7 % with two
-// proxies sharing the load); the p99 moved by milliseconds either way, as
-// one processor waits whenever the kernel preempts its thread.
+// another thread to look for more work ("spinning"), which mostly finds
+// none and goes back to sleep. Under a proxy's typical load, many streams
+// each delivering an event now and then, that costs a futex wake, a sleep
+// and two context switches for a handful of events, on top of the read and
+// the write that are the work itself. With one processor there is no other
+// thread to wake. Measured on a 2-CPU machine (bench/README.md, "One
+// processor while the load fits in one"): 19 % less CPU per event at 200
+// streams × 20 events/s with tool calls and Redis, one proxy at a time (5-7
+// % with two proxies sharing the load); the p99 moved by milliseconds either
+// way, as one processor waits whenever the kernel preempts its thread.
+//
+// The other way round, on a host whose CPUs other processes keep busy, a
+// processor stalls, with every goroutine queued on it, whenever the kernel
+// preempts the thread that holds it, and aguard reads and writes its
+// sockets with raw system calls (package rawio) that do not hand the
+// processor on. There more processors than CPUs cut the tail at the same
+// CPU per event: measured at 1,000 streams × 20 events/s on that 2-CPU
+// machine with a busy host, GOMAXPROCS 4 had a p99 of 12-26 ms where the
+// governed 2 had 35-56 (bench/README.md, "More processors than CPUs on a
+// busy host").
 //
 // A Governor reads the process's CPU time (getrusage) every Options.Every.
 // When the processors in use were busy for Options.RaiseAt of the interval
 // or more, it doubles them at once, up to the default: a burst waits one
 // interval at most. It lowers them only when the busiest interval of the
 // last Options.Window would still have kept fewer below Options.LowerAt.
+// At the default, it also reads how long the process's threads were
+// runnable without a CPU (schedstat, Linux only): when that is
+// Options.ContendedAt of the CPU time they ran or more, the host is
+// contended and it doubles the processors beyond the default, back to the
+// default after a window with no contended interval. It goes beyond the
+// default only when no cgroup CPU limit applies (where one does, more
+// processors make the process throttled in bursts).
 //
 // It stays off when the GOMAXPROCS environment variable is set (the operator
 // chose) and when the default is one processor anyway. It does not pin
@@ -32,6 +50,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -51,15 +70,20 @@ type Options struct {
 	// LowerAt is the share each remaining processor may be busy with the
 	// window's busiest interval after processors are taken away (0.35).
 	LowerAt float64
+	// ContendedAt is the run-queue wait, as a share of the CPU time the
+	// process ran, from which an interval counts as contended (0.5); the
+	// process must also have been busy LowerAt of a CPU or more.
+	ContendedAt float64
 	// Logger gets a debug record per change; nil discards.
 	Logger *slog.Logger
 }
 
 const (
-	defaultEvery   = 100 * time.Millisecond
-	defaultWindow  = 2 * time.Second
-	defaultRaiseAt = 0.5
-	defaultLowerAt = 0.35
+	defaultEvery       = 100 * time.Millisecond
+	defaultWindow      = 2 * time.Second
+	defaultRaiseAt     = 0.5
+	defaultLowerAt     = 0.35
+	defaultContendedAt = 0.5
 )
 
 // Governor sets GOMAXPROCS from the CPU time the process uses.
@@ -91,13 +115,16 @@ func Start(opt Options) *Governor {
 	if opt.LowerAt <= 0 {
 		opt.LowerAt = defaultLowerAt
 	}
+	if opt.ContendedAt <= 0 {
+		opt.ContendedAt = defaultContendedAt
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Governor{cancel: cancel}
 	g.done.Add(1)
-	go g.run(ctx, opt, most)
+	go g.run(ctx, opt, most, !cpuLimited("/"))
 	return g
 }
 
@@ -112,13 +139,14 @@ func (g *Governor) Stop() {
 	runtime.SetDefaultGOMAXPROCS()
 }
 
-func (g *Governor) run(ctx context.Context, opt Options, most int) {
+func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) {
 	defer g.done.Done()
 	tick := time.NewTicker(opt.Every)
 	defer tick.Stop()
-	f := newFit(opt, most)
+	f := newFit(opt, most, beyond)
 	procs := most
 	lastCPU, ok := cpuTime()
+	lastWait, waitOK := runQueueWait()
 	lastAt := time.Now()
 	for {
 		select {
@@ -128,13 +156,25 @@ func (g *Governor) run(ctx context.Context, opt Options, most int) {
 		}
 		now := time.Now()
 		cpu, read := cpuTime()
+		var wait time.Duration
+		waitRead := false
+		if f.readsWait(procs) {
+			wait, waitRead = runQueueWait()
+		}
 		if !ok || !read { // no figure for this interval: nothing changes
 			lastCPU, lastAt, ok = cpu, now, read
+			lastWait, waitOK = wait, waitRead
 			continue
 		}
-		busy := (cpu - lastCPU).Seconds() / now.Sub(lastAt).Seconds()
+		secs := now.Sub(lastAt).Seconds()
+		busy := (cpu - lastCPU).Seconds() / secs
+		waited := 0.0 // no figure counts as no wait: never contended
+		if waitOK && waitRead && wait >= lastWait {
+			waited = (wait - lastWait).Seconds() / secs
+		}
 		lastCPU, lastAt = cpu, now
-		next := f.next(procs, busy)
+		lastWait, waitOK = wait, waitRead
+		next := f.next(procs, busy, waited)
 		if next == procs {
 			continue
 		}
@@ -147,7 +187,7 @@ func (g *Governor) run(ctx context.Context, opt Options, most int) {
 		} else {
 			runtime.GOMAXPROCS(next)
 		}
-		opt.Logger.Debug("GOMAXPROCS fitted to the load", "from", procs, "to", next, "busy_cpus", busy)
+		opt.Logger.Debug("GOMAXPROCS fitted to the load", "from", procs, "to", next, "busy_cpus", busy, "run_queue_wait", waited)
 		procs = next
 	}
 }
@@ -162,31 +202,51 @@ func cpuTime() (time.Duration, bool) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
-// fit decides, from the CPUs busy over each interval, how many processors
-// the next interval gets. It is the Governor's pure core.
+// fit decides, from the CPUs busy and the run-queue wait over each
+// interval, how many processors the next interval gets. It is the
+// Governor's pure core.
 type fit struct {
-	opt  Options
-	most int
-	busy []float64 // the window's intervals, oldest first
-	size int       // intervals in a window
+	opt    Options
+	most   int       // the runtime's default
+	beyond bool      // whether it may go beyond most, to over()
+	busy   []float64 // the window's intervals, oldest first
+	hot    []bool    // which of them were contended
+	size   int       // intervals in a window
 }
 
-func newFit(opt Options, most int) *fit {
+func newFit(opt Options, most int, beyond bool) *fit {
 	n := max(1, int(opt.Window/opt.Every))
-	return &fit{opt: opt, most: most, busy: make([]float64, 0, n), size: n}
+	return &fit{opt: opt, most: most, beyond: beyond, busy: make([]float64, 0, n), hot: make([]bool, 0, n), size: n}
 }
 
-// next takes the CPUs busy over the interval just ended, with procs
-// processors, and returns the processors for the next.
-func (f *fit) next(procs int, busy float64) int {
+// over is the processors while the host is contended: twice the default.
+func (f *fit) over() int { return 2 * f.most }
+
+// readsWait reports whether next looks at the run-queue wait with procs
+// processors in use: only from the default up, where contention can raise
+// them beyond it or keep them there.
+func (f *fit) readsWait(procs int) bool { return f.beyond && procs >= f.most }
+
+// next takes the CPUs busy and the CPU-seconds of run-queue wait per
+// second over the interval just ended, with procs processors, and returns
+// the processors for the next.
+func (f *fit) next(procs int, busy, wait float64) int {
+	hot := f.readsWait(procs) && busy >= f.opt.LowerAt && wait >= f.opt.ContendedAt*busy
 	if len(f.busy) == f.size {
 		copy(f.busy, f.busy[1:])
 		f.busy = f.busy[:f.size-1]
+		copy(f.hot, f.hot[1:])
+		f.hot = f.hot[:f.size-1]
 	}
 	f.busy = append(f.busy, busy)
-	if procs < f.most && busy >= f.opt.RaiseAt*float64(procs) {
-		f.busy = f.busy[:0]
+	f.hot = append(f.hot, hot)
+	switch {
+	case procs < f.most && busy >= f.opt.RaiseAt*float64(procs):
+		f.restart()
 		return min(f.most, 2*procs)
+	case procs == f.most && hot:
+		f.restart()
+		return f.over()
 	}
 	if procs == 1 || len(f.busy) < f.size {
 		return procs
@@ -196,9 +256,21 @@ func (f *fit) next(procs int, busy float64) int {
 		peak = max(peak, b)
 	}
 	need := max(1, int(math.Ceil(peak/f.opt.LowerAt)))
+	if procs > f.most {
+		if slices.Contains(f.hot, true) {
+			return procs
+		}
+		need = min(need, f.most)
+	}
 	if need >= procs {
 		return procs
 	}
-	f.busy = f.busy[:0]
+	f.restart()
 	return need
+}
+
+// restart forgets the window after a change.
+func (f *fit) restart() {
+	f.busy = f.busy[:0]
+	f.hot = f.hot[:0]
 }

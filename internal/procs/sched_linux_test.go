@@ -1,0 +1,156 @@
+package procs
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aguard/aguard/internal/await"
+)
+
+// cgroupRoot writes files (path relative to the root: content) under a
+// temporary root and returns it.
+func cgroupRoot(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestCPULimitIsReadFromTheCgroupAndItsAncestors(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		files   map[string]string
+		limited bool
+	}{
+		{"v2, no limit", map[string]string{
+			"proc/self/cgroup":                               "0::/app.slice/aguard.service\n",
+			"sys/fs/cgroup/cgroup.controllers":               "cpu memory\n",
+			"sys/fs/cgroup/app.slice/aguard.service/cpu.max": "max 100000\n",
+			"sys/fs/cgroup/app.slice/cpu.max":                "max 100000\n",
+		}, false},
+		{"v2, a limit on the parent", map[string]string{
+			"proc/self/cgroup":                               "0::/app.slice/aguard.service\n",
+			"sys/fs/cgroup/cgroup.controllers":               "cpu memory\n",
+			"sys/fs/cgroup/app.slice/aguard.service/cpu.max": "max 100000\n",
+			"sys/fs/cgroup/app.slice/cpu.max":                "150000 100000\n",
+		}, true},
+		{"v2 in a container: its own cgroup at the root", map[string]string{
+			"proc/self/cgroup":                 "0::/\n",
+			"sys/fs/cgroup/cgroup.controllers": "cpu memory\n",
+			"sys/fs/cgroup/cpu.max":            "200000 100000\n",
+		}, true},
+		{"v1, no quota", map[string]string{
+			"proc/self/cgroup": "4:memory:/x\n3:cpu,cpuacct:/x\n0::/\n",
+			"sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_quota_us": "-1\n",
+			"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us":   "-1\n",
+		}, false},
+		{"v1, a quota, the path namespaced away", map[string]string{
+			"proc/self/cgroup":                           "3:cpu,cpuacct:/docker/0123\n",
+			"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "50000\n",
+		}, true},
+		{"no cgroup file", map[string]string{}, true},
+		{"no controller file anywhere", map[string]string{
+			"proc/self/cgroup": "0::/\n",
+		}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := cpuLimited(cgroupRoot(t, c.files)); got != c.limited {
+				t.Fatalf("cpuLimited = %v, want %v", got, c.limited)
+			}
+		})
+	}
+}
+
+func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
+	before, ok := runQueueWait()
+	if !ok {
+		t.Fatal("no run-queue wait read from /proc/self/task/*/schedstat")
+	}
+	stop := hog(t)
+	defer stop()
+	spin(t, time.Now().Add(100*time.Millisecond))
+	await.For(t, "the run-queue wait to grow with every CPU taken by other processes", func() bool {
+		spin(t, time.Now().Add(20*time.Millisecond))
+		after, ok := runQueueWait()
+		return ok && after > before
+	})
+}
+
+// TestTheGovernorGoesBeyondTheDefaultOnAContendedHost runs a real Governor
+// beside processes that keep every CPU busy: a process busy one CPU's worth
+// gets twice the default processors, and comes down to the default or
+// below when its load goes.
+func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
+	most := runtime.GOMAXPROCS(0)
+	if most < 2 {
+		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
+	}
+	if cpuLimited("/") {
+		t.Skip("a cgroup CPU limit applies here (or none could be read): the Governor stays at the default, as TestACPULimitKeepsTheProcessorsAtTheDefault shows")
+	}
+	g := Start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond})
+	if g == nil {
+		t.Fatal("no Governor started")
+	}
+	t.Cleanup(g.Stop)
+
+	stopHog := hog(t)
+	defer stopHog()
+	ctx, cancel := context.WithCancel(context.Background())
+	var burners sync.WaitGroup
+	for range most {
+		burners.Go(func() {
+			for ctx.Err() == nil {
+			}
+		})
+	}
+	await.For(t, "GOMAXPROCS twice the default while other processes take the CPUs", func() bool { return runtime.GOMAXPROCS(0) == 2*most })
+	cancel()
+	burners.Wait()
+	await.For(t, "GOMAXPROCS back to the default or below once the load is gone", func() bool { return runtime.GOMAXPROCS(0) <= most })
+}
+
+// hog starts a shell busy loop per CPU, other processes keeping every CPU
+// busy, and returns what stops them.
+func hog(t *testing.T) func() {
+	t.Helper()
+	var cmds []*exec.Cmd
+	stop := func() {
+		for _, c := range cmds {
+			c.Process.Kill()
+			c.Wait()
+		}
+		cmds = nil
+	}
+	for range runtime.NumCPU() {
+		c := exec.Command("sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			stop()
+			t.Fatalf("starting a busy loop: %v", err)
+		}
+		cmds = append(cmds, c)
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// spin keeps this goroutine's CPU busy until the deadline.
+func spin(t *testing.T, until time.Time) {
+	t.Helper()
+	for time.Now().Before(until) {
+	}
+}
