@@ -28,8 +28,11 @@ func runQueueWait() (time.Duration, bool) {
 		if err != nil {
 			continue // the thread exited
 		}
-		n, _ := f.Read(buf[:])
+		n, err := f.Read(buf[:])
 		f.Close()
+		if err != nil {
+			continue // the thread exited after it was listed
+		}
 		fields := bytes.Fields(buf[:n])
 		if len(fields) < 2 {
 			return 0, false
