@@ -1,13 +1,16 @@
 package procs
 
 import (
-	"bufio"
-	"bytes"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // runQueueWait is how long the process's threads have been runnable but
@@ -17,31 +20,20 @@ import (
 // be read. Threads that exited take their share with them, so the sum may
 // fall between two reads; the caller treats a fall as no figure.
 func runQueueWait() (time.Duration, bool) {
-	tasks, err := os.ReadDir("/proc/self/task")
+	threads, err := procfs.AllThreads(os.Getpid())
 	if err != nil {
 		return 0, false
 	}
-	var sum int64
-	var buf [128]byte
-	for _, t := range tasks {
-		f, err := os.Open("/proc/self/task/" + t.Name() + "/schedstat")
+	var sum uint64
+	for _, t := range threads {
+		st, err := t.Schedstat()
 		if err != nil {
-			continue // the thread exited
-		}
-		n, err := f.Read(buf[:])
-		f.Close()
-		if err != nil {
-			continue // the thread exited after it was listed
-		}
-		fields := bytes.Fields(buf[:n])
-		if len(fields) < 2 {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+				continue // the thread exited after it was listed
+			}
 			return 0, false
 		}
-		ns, err := strconv.ParseInt(string(fields[1]), 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		sum += ns
+		sum += st.WaitingNanoseconds
 	}
 	return time.Duration(sum), true
 }
@@ -55,51 +47,43 @@ func runQueueWait() (time.Duration, bool) {
 // bursts, so the Governor goes above the runtime's default only where it
 // knows there is no limit.
 func cpuLimited(root string) bool {
-	data, err := os.ReadFile(filepath.Join(root, "proc/self/cgroup"))
+	pfs, err := procfs.NewFS(filepath.Join(root, "proc"))
 	if err != nil {
 		return true
 	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
+	self, err := pfs.Proc(os.Getpid())
+	if err != nil {
+		return true
+	}
+	groups, err := self.Cgroups()
+	if err != nil {
+		return true
+	}
 	seen := false
-	for sc.Scan() {
-		// hierarchy-ID:controller-list:cgroup-path
-		parts := strings.SplitN(sc.Text(), ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
+	for _, g := range groups {
 		var dir, file string
 		switch {
-		case parts[0] == "0" && parts[1] == "":
+		case g.HierarchyID == 0 && len(g.Controllers) == 0:
 			dir, file = filepath.Join(root, "sys/fs/cgroup"), "cpu.max"
 			if _, err := os.Stat(dir + "/cgroup.controllers"); err != nil {
 				// A v1 machine's unified hierarchy, with no controller.
 				dir = filepath.Join(root, "sys/fs/cgroup/unified")
 			}
-		case hasController(parts[1], "cpu"):
-			dir, file = filepath.Join(root, "sys/fs/cgroup", parts[1]), "cpu.cfs_quota_us"
+		case slices.Contains(g.Controllers, "cpu"):
+			dir, file = filepath.Join(root, "sys/fs/cgroup", strings.Join(g.Controllers, ",")), "cpu.cfs_quota_us"
 			if _, err := os.Stat(dir); err != nil {
 				dir = filepath.Join(root, "sys/fs/cgroup/cpu")
 			}
 		default:
 			continue
 		}
-		limited, known := limitAlong(dir, parts[2], file)
+		limited, known := limitAlong(dir, g.Path, file)
 		if limited {
 			return true
 		}
 		seen = seen || known
 	}
 	return !seen
-}
-
-// hasController reports whether the comma-separated list names c.
-func hasController(list, c string) bool {
-	for name := range strings.SplitSeq(list, ",") {
-		if name == c {
-			return true
-		}
-	}
-	return false
 }
 
 // limitAlong reads file in the cgroup at path under the hierarchy mounted

@@ -2,6 +2,7 @@ package procs
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,40 +32,41 @@ func cgroupRoot(t *testing.T, files map[string]string) string {
 }
 
 func TestCPULimitIsReadFromTheCgroupAndItsAncestors(t *testing.T) {
+	selfCgroup := fmt.Sprintf("proc/%d/cgroup", os.Getpid())
 	for _, c := range []struct {
 		name    string
 		files   map[string]string
 		limited bool
 	}{
 		{"v2, no limit", map[string]string{
-			"proc/self/cgroup":                               "0::/app.slice/aguard.service\n",
-			"sys/fs/cgroup/cgroup.controllers":               "cpu memory\n",
+			selfCgroup:                         "0::/app.slice/aguard.service\n",
+			"sys/fs/cgroup/cgroup.controllers": "cpu memory\n",
 			"sys/fs/cgroup/app.slice/aguard.service/cpu.max": "max 100000\n",
 			"sys/fs/cgroup/app.slice/cpu.max":                "max 100000\n",
 		}, false},
 		{"v2, a limit on the parent", map[string]string{
-			"proc/self/cgroup":                               "0::/app.slice/aguard.service\n",
-			"sys/fs/cgroup/cgroup.controllers":               "cpu memory\n",
+			selfCgroup:                         "0::/app.slice/aguard.service\n",
+			"sys/fs/cgroup/cgroup.controllers": "cpu memory\n",
 			"sys/fs/cgroup/app.slice/aguard.service/cpu.max": "max 100000\n",
 			"sys/fs/cgroup/app.slice/cpu.max":                "150000 100000\n",
 		}, true},
 		{"v2 in a container: its own cgroup at the root", map[string]string{
-			"proc/self/cgroup":                 "0::/\n",
+			selfCgroup:                         "0::/\n",
 			"sys/fs/cgroup/cgroup.controllers": "cpu memory\n",
 			"sys/fs/cgroup/cpu.max":            "200000 100000\n",
 		}, true},
 		{"v1, no quota", map[string]string{
-			"proc/self/cgroup": "4:memory:/x\n3:cpu,cpuacct:/x\n0::/\n",
+			selfCgroup: "4:memory:/x\n3:cpu,cpuacct:/x\n0::/\n",
 			"sys/fs/cgroup/cpu,cpuacct/x/cpu.cfs_quota_us": "-1\n",
 			"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us":   "-1\n",
 		}, false},
 		{"v1, a quota, the path namespaced away", map[string]string{
-			"proc/self/cgroup":                           "3:cpu,cpuacct:/docker/0123\n",
+			selfCgroup: "3:cpu,cpuacct:/docker/0123\n",
 			"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "50000\n",
 		}, true},
 		{"no cgroup file", map[string]string{}, true},
 		{"no controller file anywhere", map[string]string{
-			"proc/self/cgroup": "0::/\n",
+			selfCgroup: "0::/\n",
 		}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
