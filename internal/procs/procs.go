@@ -145,8 +145,10 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 	defer tick.Stop()
 	f := newFit(opt, most, beyond)
 	procs := most
+	waits := newWaitReader()
+	defer waits.close()
 	lastCPU, ok := cpuTime()
-	lastWait, waitOK := runQueueWait()
+	lastWait, waitOK := waits.read()
 	lastAt := time.Now()
 	for {
 		select {
@@ -159,7 +161,7 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 		var wait time.Duration
 		waitRead := false
 		if f.readsWait(procs) {
-			wait, waitRead = runQueueWait()
+			wait, waitRead = waits.read()
 		}
 		if !ok || !read { // no figure for this interval: nothing changes
 			lastCPU, lastAt, ok = cpu, now, read

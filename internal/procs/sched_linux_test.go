@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -78,7 +79,9 @@ func TestCPULimitIsReadFromTheCgroupAndItsAncestors(t *testing.T) {
 }
 
 func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
-	before, ok := runQueueWait()
+	w := newWaitReader()
+	defer w.close()
+	before, ok := w.read()
 	if !ok {
 		t.Fatal("no run-queue wait read from /proc/self/task/*/schedstat")
 	}
@@ -87,9 +90,64 @@ func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
 	spin(t, time.Now().Add(100*time.Millisecond))
 	await.For(t, "the run-queue wait to grow with every CPU taken by other processes", func() bool {
 		spin(t, time.Now().Add(20*time.Millisecond))
-		after, ok := runQueueWait()
+		after, ok := w.read()
 		return ok && after > before
 	})
+}
+
+func TestAThreadThatExitsIsDroppedWithItsFile(t *testing.T) {
+	w := newWaitReader()
+	defer w.close()
+	tid, exit := threadOfItsOwn(t)
+	before, ok := w.read()
+	if !ok {
+		t.Fatal("no run-queue wait read from /proc/self/task/*/schedstat")
+	}
+	th := w.threads[tid]
+	if th == nil {
+		t.Fatalf("thread %d was not read", tid)
+	}
+	fd := th.fd
+	exit()
+	await.For(t, "the exited thread dropped from the reader", func() bool {
+		after, ok := w.read()
+		if ok && after < before {
+			t.Fatalf("the run-queue wait fell from %v to %v", before, after)
+		}
+		return ok && w.threads[tid] == nil
+	})
+	if _, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil {
+		for _, other := range w.threads {
+			if other.fd == fd {
+				return // the number was reused for another thread's file
+			}
+		}
+		t.Fatalf("descriptor %d of the exited thread's file is still open", fd)
+	}
+}
+
+func TestTheWaitReaderClosesEveryFileItOpened(t *testing.T) {
+	open := func() int {
+		fds, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(fds)
+	}
+	before := open()
+	w := newWaitReader()
+	for range 3 {
+		if _, ok := w.read(); !ok {
+			t.Fatal("no run-queue wait read")
+		}
+	}
+	if during := open(); during <= before {
+		t.Fatalf("%d descriptors open while reading, %d before: the reader keeps no file open", during, before)
+	}
+	w.close()
+	if after := open(); after != before {
+		t.Fatalf("%d descriptors open after close, %d before", after, before)
+	}
 }
 
 // TestTheGovernorGoesBeyondTheDefaultOnAContendedHost runs a real Governor
@@ -126,6 +184,37 @@ func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
 	await.For(t, "GOMAXPROCS back to the default or below once the load is gone", func() bool { return runtime.GOMAXPROCS(0) <= most })
 }
 
+// threadOfItsOwn starts a goroutine locked to a thread that is not the
+// process's main thread (which Go never lets exit) and returns the thread's
+// id and what ends the goroutine, and with it the thread.
+func threadOfItsOwn(t *testing.T) (tid int, exit func()) {
+	t.Helper()
+	var release []chan struct{} // goroutines holding the main thread
+	defer func() {
+		for _, r := range release {
+			close(r)
+		}
+	}()
+	for {
+		tids, end, done := make(chan int), make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+			id := syscall.Gettid()
+			tids <- id
+			<-end
+			if id == os.Getpid() {
+				runtime.UnlockOSThread() // the main thread goes back to the runtime
+			} // else never unlocked: the thread exits with the goroutine
+		}()
+		id := <-tids
+		if id != os.Getpid() {
+			return id, func() { close(end); <-done }
+		}
+		release = append(release, end) // held, so that the next goroutine runs elsewhere
+	}
+}
+
 // hog starts a shell busy loop per CPU, other processes keeping every CPU
 // busy, and returns what stops them.
 func hog(t *testing.T) func() {
@@ -154,5 +243,18 @@ func hog(t *testing.T) func() {
 func spin(t *testing.T, until time.Time) {
 	t.Helper()
 	for time.Now().Before(until) {
+	}
+}
+
+// BenchmarkRunQueueWait is one read of the process's run-queue wait, as
+// the Governor makes every interval while at the runtime's default, with
+// the benchmark's own threads (about a dozen, as aguard's).
+func BenchmarkRunQueueWait(b *testing.B) {
+	w := newWaitReader()
+	defer w.close()
+	for b.Loop() {
+		if _, ok := w.read(); !ok {
+			b.Fatal("no run-queue wait read")
+		}
 	}
 }

@@ -4,9 +4,13 @@ package procs
 
 import "time"
 
-// runQueueWait has no figure off Linux: the Governor never finds the host
+// waitReader has no figure off Linux: the Governor never finds the host
 // contended there.
-func runQueueWait() (time.Duration, bool) { return 0, false }
+type waitReader struct{}
+
+func newWaitReader() *waitReader                { return &waitReader{} }
+func (*waitReader) read() (time.Duration, bool) { return 0, false }
+func (*waitReader) close()                      {}
 
 // cpuLimited says limited off Linux, where the Governor cannot tell.
 func cpuLimited(string) bool { return true }
