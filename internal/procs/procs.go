@@ -32,10 +32,14 @@
 // interval at most. It lowers them only when the busiest interval of the
 // last Options.Window would still have kept fewer below Options.LowerAt.
 // At the default, it also reads how long the process's threads were
-// runnable without a CPU (schedstat, Linux only): when that is
-// Options.ContendedAt of the CPU time they ran or more, the host is
-// contended and it doubles the processors beyond the default, back to the
-// default after a window with no contended interval. It goes beyond the
+// runnable without a CPU (schedstat, Linux only) and how much CPU time
+// the host left idle (/proc/stat): when the wait is Options.ContendedAt of
+// the CPU time they ran or more while the host's CPUs were busy (idle less
+// than Options.HostIdleBelow of them), the host is contended and it doubles
+// the processors beyond the default, back to the default after a window
+// with no contended interval. A wait while CPUs sit idle is the scheduler's
+// latency, not other processes' load: more processors only add threads to
+// wait (bench/README.md, "The Governor's reads"). It goes beyond the
 // default only when no cgroup CPU limit applies (where one does, more
 // processors make the process throttled in bursts).
 //
@@ -74,6 +78,9 @@ type Options struct {
 	// process ran, from which an interval counts as contended (0.5); the
 	// process must also have been busy LowerAt of a CPU or more.
 	ContendedAt float64
+	// HostIdleBelow is the share of the host's CPUs left idle over an
+	// interval below which its run-queue wait counts as contention (0.1).
+	HostIdleBelow float64
 	// Logger gets a debug record per change; nil discards.
 	Logger *slog.Logger
 }
@@ -84,6 +91,7 @@ const (
 	defaultRaiseAt     = 0.5
 	defaultLowerAt     = 0.35
 	defaultContendedAt = 0.5
+	defaultHostIdle    = 0.1
 )
 
 // Governor sets GOMAXPROCS from the CPU time the process uses.
@@ -118,6 +126,9 @@ func Start(opt Options) *Governor {
 	if opt.ContendedAt <= 0 {
 		opt.ContendedAt = defaultContendedAt
 	}
+	if opt.HostIdleBelow <= 0 {
+		opt.HostIdleBelow = defaultHostIdle
+	}
 	if opt.Logger == nil {
 		opt.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -145,10 +156,12 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 	defer tick.Stop()
 	f := newFit(opt, most, beyond)
 	procs := most
-	waits := newWaitReader()
+	waits, host := newWaitReader(), newIdleReader()
 	defer waits.close()
+	defer host.close()
 	lastCPU, ok := cpuTime()
 	lastWait, waitOK := waits.read()
+	lastIdle, idleOK := host.read()
 	lastAt := time.Now()
 	for {
 		select {
@@ -158,25 +171,33 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 		}
 		now := time.Now()
 		cpu, read := cpuTime()
-		var wait time.Duration
-		waitRead := false
+		var wait, idle time.Duration
+		waitRead, idleRead := false, false
 		if f.readsWait(procs) {
 			wait, waitRead = waits.read()
+			idle, idleRead = host.read()
 		}
 		if !ok || !read { // no figure for this interval: nothing changes
 			lastCPU, lastAt, ok = cpu, now, read
 			lastWait, waitOK = wait, waitRead
+			lastIdle, idleOK = idle, idleRead
 			continue
 		}
 		secs := now.Sub(lastAt).Seconds()
 		busy := (cpu - lastCPU).Seconds() / secs
-		waited := 0.0 // no figure counts as no wait: never contended
+		// No figure counts as no wait on a host with every CPU idle: never
+		// contended.
+		waited, idleShare := 0.0, 1.0
 		if waitOK && waitRead && wait >= lastWait {
 			waited = (wait - lastWait).Seconds() / secs
 		}
+		if idleOK && idleRead && idle >= lastIdle {
+			idleShare = (idle - lastIdle).Seconds() / secs / float64(runtime.NumCPU())
+		}
 		lastCPU, lastAt = cpu, now
 		lastWait, waitOK = wait, waitRead
-		next := f.next(procs, busy, waited)
+		lastIdle, idleOK = idle, idleRead
+		next := f.next(procs, busy, waited, idleShare)
 		if next == procs {
 			continue
 		}
@@ -189,7 +210,7 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 		} else {
 			runtime.GOMAXPROCS(next)
 		}
-		opt.Logger.Debug("GOMAXPROCS fitted to the load", "from", procs, "to", next, "busy_cpus", busy, "run_queue_wait", waited)
+		opt.Logger.Debug("GOMAXPROCS fitted to the load", "from", procs, "to", next, "busy_cpus", busy, "run_queue_wait", waited, "host_idle", idleShare)
 		procs = next
 	}
 }
@@ -229,11 +250,11 @@ func (f *fit) over() int { return 2 * f.most }
 // them beyond it or keep them there.
 func (f *fit) readsWait(procs int) bool { return f.beyond && procs >= f.most }
 
-// next takes the CPUs busy and the CPU-seconds of run-queue wait per
-// second over the interval just ended, with procs processors, and returns
-// the processors for the next.
-func (f *fit) next(procs int, busy, wait float64) int {
-	hot := f.readsWait(procs) && busy >= f.opt.LowerAt && wait >= f.opt.ContendedAt*busy
+// next takes the CPUs busy, the CPU-seconds of run-queue wait per second
+// and the share of the host's CPUs left idle over the interval just ended,
+// with procs processors, and returns the processors for the next.
+func (f *fit) next(procs int, busy, wait, hostIdle float64) int {
+	hot := f.readsWait(procs) && busy >= f.opt.LowerAt && wait >= f.opt.ContendedAt*busy && hostIdle < f.opt.HostIdleBelow
 	if len(f.busy) == f.size {
 		copy(f.busy, f.busy[1:])
 		f.busy = f.busy[:f.size-1]

@@ -24,17 +24,17 @@ func testUnlimitedFit(most int) *fit {
 }
 
 func testOptions() Options {
-	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt}
+	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt, HostIdleBelow: defaultHostIdle}
 }
 
 func TestALoadWellWithinOneCPUGetsOneProcessorAfterAWindow(t *testing.T) {
 	f := testFit(4)
 	for i, busy := range []float64{0.2, 0.3, 0.1} {
-		if got := f.next(4, busy, 0); got != 4 {
+		if got := f.next(4, busy, 0, 0); got != 4 {
 			t.Fatalf("interval %d: %d processors before a whole window was seen, want 4", i, got)
 		}
 	}
-	if got := f.next(4, 0.2, 0); got != 1 {
+	if got := f.next(4, 0.2, 0, 0); got != 1 {
 		t.Fatalf("after a window busy 0.1-0.3 CPUs: %d processors, want 1", got)
 	}
 }
@@ -43,7 +43,7 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 	f := testFit(8)
 	got := 8
 	for _, busy := range []float64{0.3, 0.9, 0.4, 0.2} {
-		got = f.next(got, busy, 0)
+		got = f.next(got, busy, 0, 0)
 	}
 	// 0.9 CPUs at 0.35 a processor: 3 processors.
 	if got != 3 {
@@ -51,7 +51,7 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 	}
 	// A window busy by as much keeps them: the window starts again after a change.
 	for i, busy := range []float64{0.9, 0.9, 0.9, 0.9} {
-		if got = f.next(got, busy, 0); got != 3 {
+		if got = f.next(got, busy, 0, 0); got != 3 {
 			t.Fatalf("interval %d at 0.9 CPUs with 3 processors: %d, want 3", i, got)
 		}
 	}
@@ -59,16 +59,16 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 
 func TestABusyIntervalDoublesTheProcessorsAtOnceUpToTheMost(t *testing.T) {
 	f := testFit(4)
-	if got := f.next(1, 0.49, 0); got != 1 {
+	if got := f.next(1, 0.49, 0, 0); got != 1 {
 		t.Fatalf("one processor busy 0.49 CPUs: %d processors, want 1", got)
 	}
-	if got := f.next(1, 0.5, 0); got != 2 {
+	if got := f.next(1, 0.5, 0, 0); got != 2 {
 		t.Fatalf("one processor busy 0.5 CPUs: %d processors, want 2", got)
 	}
-	if got := f.next(2, 1.0, 0); got != 4 {
+	if got := f.next(2, 1.0, 0, 0); got != 4 {
 		t.Fatalf("two processors busy 1 CPU: %d processors, want 4", got)
 	}
-	if got := f.next(4, 4.0, 0); got != 4 {
+	if got := f.next(4, 4.0, 0, 0); got != 4 {
 		t.Fatalf("the most processors, all busy: %d, want 4 (the most)", got)
 	}
 }
@@ -76,19 +76,19 @@ func TestABusyIntervalDoublesTheProcessorsAtOnceUpToTheMost(t *testing.T) {
 func TestARaiseStartsTheWindowAgain(t *testing.T) {
 	f := testFit(2)
 	for range 4 {
-		f.next(2, 0.1, 0)
+		f.next(2, 0.1, 0, 0)
 	}
 	// Lowered to 1, raised by a burst, then quiet: the burst's interval is
 	// not forgotten until a whole window has passed after it.
-	if got := f.next(1, 0.8, 0); got != 2 {
+	if got := f.next(1, 0.8, 0, 0); got != 2 {
 		t.Fatalf("a burst at one processor: %d processors, want 2", got)
 	}
 	for i := range 3 {
-		if got := f.next(2, 0.1, 0); got != 2 {
+		if got := f.next(2, 0.1, 0, 0); got != 2 {
 			t.Fatalf("interval %d after the burst: %d processors, want 2 until a window has passed", i, got)
 		}
 	}
-	if got := f.next(2, 0.1, 0); got != 1 {
+	if got := f.next(2, 0.1, 0, 0); got != 1 {
 		t.Fatalf("a quiet window after the burst: %d processors, want 1", got)
 	}
 }
@@ -96,20 +96,44 @@ func TestARaiseStartsTheWindowAgain(t *testing.T) {
 func TestAContendedHostDoublesTheDefaultProcessorsAtOnce(t *testing.T) {
 	f := testUnlimitedFit(2)
 	// Busy 0.7 CPUs, waiting 0.3 s a second: not yet half the CPU time.
-	if got := f.next(2, 0.7, 0.3); got != 2 {
+	if got := f.next(2, 0.7, 0.3, 0); got != 2 {
 		t.Fatalf("run-queue wait 0.43 of the CPU time: %d processors, want 2", got)
 	}
-	if got := f.next(2, 0.7, 0.35); got != 4 {
+	if got := f.next(2, 0.7, 0.35, 0); got != 4 {
 		t.Fatalf("run-queue wait half the CPU time: %d processors, want 4", got)
+	}
+}
+
+func TestAWaitWhileTheHostHasIdleCPUsIsNotContention(t *testing.T) {
+	f := testUnlimitedFit(2)
+	// Busy 0.45 CPUs, waiting 0.5 s a second, four tenths of the host's
+	// CPUs idle: the 1,000-stream paced load on a quiet 2-CPU host, where
+	// four processors cost 13-20 % more CPU per event than two.
+	for i := range 8 {
+		if got := f.next(2, 0.45, 0.5, 0.4); got != 2 {
+			t.Fatalf("interval %d, long waits with 0.4 of the host idle: %d processors, want 2", i, got)
+		}
+	}
+	if got := f.next(2, 0.45, 0.5, 0.09); got != 4 {
+		t.Fatalf("the same waits with the host's CPUs busy: %d processors, want 4", got)
+	}
+	// Beyond the default, intervals with idle CPUs do not keep it there:
+	// back to the default after a window of them.
+	got := 4
+	for range 4 {
+		got = f.next(got, 0.45, 0.9, 0.3)
+	}
+	if got != 2 {
+		t.Fatalf("a window of waits with idle CPUs beyond the default: %d processors, want 2", got)
 	}
 }
 
 func TestContentionIsNotJudgedBelowTheDefaultOrWhileNearlyIdle(t *testing.T) {
 	f := testUnlimitedFit(2)
-	if got := f.next(1, 0.3, 1.0); got != 1 {
+	if got := f.next(1, 0.3, 1.0, 0); got != 1 {
 		t.Fatalf("one processor of two, long waits: %d processors, want 1 (contention counts at the default only)", got)
 	}
-	if got := f.next(2, 0.2, 1.0); got != 2 {
+	if got := f.next(2, 0.2, 1.0, 0); got != 2 {
 		t.Fatalf("busy 0.2 CPUs with long waits: %d processors, want 2 (too little CPU time to judge by)", got)
 	}
 }
@@ -117,7 +141,7 @@ func TestContentionIsNotJudgedBelowTheDefaultOrWhileNearlyIdle(t *testing.T) {
 func TestACPULimitKeepsTheProcessorsAtTheDefault(t *testing.T) {
 	f := testFit(2)
 	for i := range 8 {
-		if got := f.next(2, 0.9, 2.0); got != 2 {
+		if got := f.next(2, 0.9, 2.0, 0); got != 2 {
 			t.Fatalf("interval %d, contended under a CPU limit: %d processors, want 2", i, got)
 		}
 	}
@@ -125,31 +149,31 @@ func TestACPULimitKeepsTheProcessorsAtTheDefault(t *testing.T) {
 
 func TestProcessorsBeyondTheDefaultStayUntilAWindowWithoutContention(t *testing.T) {
 	f := testUnlimitedFit(2)
-	got := f.next(2, 0.8, 1.0)
+	got := f.next(2, 0.8, 1.0, 0)
 	if got != 4 {
 		t.Fatalf("contended: %d processors, want 4", got)
 	}
 	// Contended once in the window: kept.
 	for i, iv := range [][2]float64{{0.8, 0.1}, {0.8, 0.6}, {0.8, 0.1}, {0.8, 0.1}, {0.8, 0.1}} {
-		if got = f.next(got, iv[0], iv[1]); got != 4 {
+		if got = f.next(got, iv[0], iv[1], 0); got != 4 {
 			t.Fatalf("interval %d, a contended interval within the window: %d processors, want 4", i, got)
 		}
 	}
 	// The window now holds no contended interval: back to the default,
 	// which the load (0.8 CPUs at 0.35 a processor) still needs.
-	if got = f.next(got, 0.8, 0.1); got != 2 {
+	if got = f.next(got, 0.8, 0.1, 0); got != 2 {
 		t.Fatalf("a window without contention: %d processors, want 2", got)
 	}
 }
 
 func TestALightLoadBeyondTheDefaultComesDownToWhatItNeeds(t *testing.T) {
 	f := testUnlimitedFit(4)
-	got := f.next(4, 1.5, 1.0)
+	got := f.next(4, 1.5, 1.0, 0)
 	if got != 8 {
 		t.Fatalf("contended: %d processors, want 8", got)
 	}
 	for range 4 {
-		got = f.next(got, 0.2, 0.5) // too little CPU time to count as contended
+		got = f.next(got, 0.2, 0.5, 0) // too little CPU time to count as contended
 	}
 	if got != 1 {
 		t.Fatalf("a window at 0.2 CPUs: %d processors, want 1", got)

@@ -153,6 +153,60 @@ func (w *waitReader) close() {
 	}
 }
 
+// idleReader reads how much CPU time the host's CPUs have spent idle (the
+// idle and iowait fields of /proc/stat's first line, in USER_HZ ticks of
+// 10 ms; https://docs.kernel.org/filesystems/proc.html, "Miscellaneous
+// kernel statistics in /proc/stat"), keeping the file open as waitReader
+// does its files.
+type idleReader struct {
+	fd  int // -1 before the file is opened
+	buf [512]byte
+}
+
+func newIdleReader() *idleReader { return &idleReader{fd: -1} }
+
+// read returns the host's idle CPU time so far, summed over its CPUs, and
+// whether it could be read.
+func (r *idleReader) read() (time.Duration, bool) {
+	if r.fd < 0 {
+		fd, err := syscall.Open("/proc/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return 0, false
+		}
+		r.fd = fd
+	}
+	n, err := syscall.Pread(r.fd, r.buf[:], 0)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	line := r.buf[:n]
+	if i := bytes.IndexByte(line, '\n'); i >= 0 {
+		line = line[:i]
+	}
+	// "cpu  user nice system idle iowait irq softirq steal ..."
+	f := bytes.Fields(line)
+	if len(f) < 6 || string(f[0]) != "cpu" {
+		return 0, false
+	}
+	var ticks uint64
+	for _, field := range f[4:6] {
+		v, err := strconv.ParseUint(string(field), 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, true
+}
+
+// close closes the file.
+func (r *idleReader) close() {
+	if r.fd >= 0 {
+		syscall.Close(r.fd)
+		r.fd = -1
+	}
+}
+
 // cpuLimited reports whether a cgroup CPU bandwidth limit applies to the
 // process, reading the cgroup file system under root ("/" but for tests):
 // cgroup v2's cpu.max, or v1's cpu.cfs_quota_us, in the process's cgroup

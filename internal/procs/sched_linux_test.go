@@ -95,6 +95,22 @@ func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
 	})
 }
 
+func TestTheHostsIdleTimeGrowsWhileItsCPUsAreFree(t *testing.T) {
+	r := newIdleReader()
+	defer r.close()
+	before, ok := r.read()
+	if !ok {
+		t.Fatal("no idle time read from /proc/stat")
+	}
+	if before <= 0 {
+		t.Fatalf("idle time %v since boot", before)
+	}
+	await.For(t, "the host's idle time to grow while this test waits", func() bool {
+		after, ok := r.read()
+		return ok && after > before
+	})
+}
+
 func TestAThreadThatExitsIsDroppedWithItsFile(t *testing.T) {
 	w := newWaitReader()
 	defer w.close()

@@ -14,3 +14,10 @@ func (*waitReader) close()                      {}
 
 // cpuLimited says limited off Linux, where the Governor cannot tell.
 func cpuLimited(string) bool { return true }
+
+// idleReader has no figure off Linux.
+type idleReader struct{}
+
+func newIdleReader() *idleReader                { return &idleReader{} }
+func (*idleReader) read() (time.Duration, bool) { return 0, false }
+func (*idleReader) close()                      {}
