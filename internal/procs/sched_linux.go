@@ -124,21 +124,7 @@ func (w *waitReader) threadWait(t *threadWait) (uint64, bool) {
 	if err != nil || n <= 0 {
 		return 0, false
 	}
-	b := w.buf[:n]
-	i := bytes.IndexByte(b, ' ')
-	if i < 0 {
-		return 0, false
-	}
-	var v uint64
-	digits := 0
-	for _, c := range b[i+1:] {
-		if c < '0' || c > '9' {
-			break
-		}
-		v = v*10 + uint64(c-'0')
-		digits++
-	}
-	return v, digits > 0
+	return uintField(w.buf[:n], 1)
 }
 
 // close closes the files the reader holds.
@@ -184,19 +170,15 @@ func (r *idleReader) read() (time.Duration, bool) {
 		line = line[:i]
 	}
 	// "cpu  user nice system idle iowait irq softirq steal ..."
-	f := bytes.Fields(line)
-	if len(f) < 6 || string(f[0]) != "cpu" {
+	if !bytes.HasPrefix(line, []byte("cpu ")) {
 		return 0, false
 	}
-	var ticks uint64
-	for _, field := range f[4:6] {
-		v, err := strconv.ParseUint(string(field), 10, 64)
-		if err != nil {
-			return 0, false
-		}
-		ticks += v
+	idle, ok := uintField(line, 4)
+	iowait, ok2 := uintField(line, 5)
+	if !ok || !ok2 {
+		return 0, false
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond, true
+	return time.Duration(idle+iowait) * 10 * time.Millisecond, true
 }
 
 // close closes the file.
@@ -204,6 +186,26 @@ func (r *idleReader) close() {
 	if r.fd >= 0 {
 		syscall.Close(r.fd)
 		r.fd = -1
+	}
+}
+
+// uintField returns field n (from 0) of a line of fields separated by
+// spaces, as a decimal number, and whether it is one.
+func uintField(line []byte, n int) (uint64, bool) {
+	for {
+		line = bytes.TrimLeft(line, " ")
+		end := bytes.IndexAny(line, " \n")
+		if end < 0 {
+			end = len(line)
+		}
+		if n == 0 {
+			v, err := strconv.ParseUint(string(line[:end]), 10, 64)
+			return v, err == nil
+		}
+		if end == len(line) {
+			return 0, false
+		}
+		line, n = line[end:], n-1
 	}
 }
 

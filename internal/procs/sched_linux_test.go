@@ -95,6 +95,26 @@ func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
 	})
 }
 
+func TestFieldsAreReadAsTheKernelWritesThem(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		n    int
+		want uint64
+		ok   bool
+	}{
+		{"4332039 53389 7\n", 1, 53389, true},                        // schedstat: the wait
+		{"cpu  6021 12 3077 908123 455 0 31 0 0 0", 4, 908123, true}, // /proc/stat: idle
+		{"cpu  6021 12 3077 908123 455 0 31 0 0 0", 5, 455, true},    // iowait
+		{"4332039\n", 1, 0, false},
+		{"4332039 -5 7", 1, 0, false},
+		{"", 0, 0, false},
+	} {
+		if got, ok := uintField([]byte(c.line), c.n); got != c.want || ok != c.ok {
+			t.Errorf("field %d of %q = %d, %v; want %d, %v", c.n, c.line, got, ok, c.want, c.ok)
+		}
+	}
+}
+
 func TestTheHostsIdleTimeGrowsWhileItsCPUsAreFree(t *testing.T) {
 	r := newIdleReader()
 	defer r.close()
