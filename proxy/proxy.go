@@ -157,6 +157,7 @@ type Proxy struct {
 	// shareConns serves streams on fasthttp's connection, inside the hijack
 	// handler, as where a descriptor cannot be duplicated (tests set it).
 	shareConns atomic.Bool
+	wakeups    wakeups
 }
 
 // New checks opt and builds a Proxy.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -199,5 +200,90 @@ func TestConsumersLeavingBusyStreamsEndThemAll(t *testing.T) {
 			t.Fatalf("%d of %d streams still open 15 s after their consumers left", open, streams)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestWakeupsTellBackloggedStreamsFromEventsOneAtATime pins the counts the
+// GOMAXPROCS governor reads (Proxy.Wakeups): events the agent sends one at
+// a time each wake the pump alone and none of those wakeups counts as
+// backlogged; events written together are read in one wakeup that does.
+func TestWakeupsTellBackloggedStreamsFromEventsOneAtATime(t *testing.T) {
+	if !wireReadsFD {
+		t.Skip("the wire cannot read its socket directly on this platform")
+	}
+	const single, burst = 20, 10
+	next := make(chan struct{})
+	agent := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		send := func(frames string) {
+			io.WriteString(w, frames)
+			w.(http.Flusher).Flush()
+		}
+		content := func(i int) string {
+			return frame(fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"%d"}`, i))
+		}
+		send(frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`))
+		send(frame(`{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}`))
+		for i := range single + 1 {
+			select {
+			case <-next: // the consumer has the event before
+			case <-r.Context().Done():
+				return
+			}
+			if i == single { // the rest in one write
+				var all strings.Builder
+				for j := range burst {
+					all.WriteString(content(single + j))
+				}
+				send(all.String())
+				select {
+				case <-next: // the consumer has the burst
+				case <-r.Context().Done():
+					return
+				}
+				send(frame(`{"type":"TEXT_MESSAGE_END","messageId":"m"}`) + frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`))
+				return
+			}
+			send(content(i))
+		}
+	}
+	h := newHarness(t, agent)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := h.post(t, ctx, "/", runInput("t", "r"))
+	defer resp.Body.Close()
+	f := &frames{r: bufio.NewReader(resp.Body)}
+	var all0, backlogged0 uint64
+	for got := 0; got < single+2; got++ {
+		if _, err := f.next(); err != nil {
+			t.Fatalf("after %d events: %v", got, err)
+		}
+		if got == 2 { // the first content event: from here on, one at a time
+			all0, backlogged0 = h.p.Wakeups()
+		}
+		if got >= 1 {
+			next <- struct{}{}
+		}
+	}
+	// The consumer has the last event sent alone, so its wakeup is counted.
+	all1, backlogged1 := h.p.Wakeups()
+	if woke := all1 - all0; woke < single-1 {
+		t.Errorf("%d wakeups for %d events sent one at a time, want at least %d", woke, single-1, single-1)
+	}
+	if backlogged1 != backlogged0 {
+		t.Errorf("%d backlogged wakeups while the agent sent one event at a time, want 0", backlogged1-backlogged0)
+	}
+	for got := range burst {
+		if _, err := f.next(); err != nil {
+			t.Fatalf("event %d of the burst: %v", got, err)
+		}
+	}
+	// The consumer has the burst, so the wakeup that read it is counted.
+	if _, backlogged2 := h.p.Wakeups(); backlogged2 == backlogged1 {
+		t.Errorf("no backlogged wakeup for %d events written at once", burst)
+	}
+	next <- struct{}{}
+	if got := len(readAll(t, f.r)); got != 2 {
+		t.Fatalf("%d events after the burst, want 2", got)
 	}
 }

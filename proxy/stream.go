@@ -384,13 +384,18 @@ func (s *stream) pumpRaw(raw syscall.RawConn, w *wire, rd *sse.Reader) string {
 	end := ""
 	pump := func(fd uintptr) bool {
 		w.fd, w.drained = int(fd), false
+		events := 0
 		for end == "" {
 			data, err := rd.Next()
 			if errors.Is(err, syscall.EAGAIN) {
+				s.p.wakeups.add(events)
 				if s.flushForRead() != nil {
 					return true // end is set below
 				}
 				return false
+			}
+			if err == nil {
+				events++
 			}
 			end = s.step(data, err)
 		}

@@ -220,7 +220,7 @@ func startServe(ctx context.Context, cfg *config.Config, log *slog.Logger) (*run
 		"upstream", cfg.Upstream, "routes", len(cfg.Routes), "mode", cfg.Mode, "policy", policySource(cfg), "revision", revision, "redis", cfg.Redis != "",
 		"auth", authSource(cfg), "reviewers", reviewers.Len(), "traces", tracesTo)
 	r.tidy = memtidy.Start(memtidy.Options{Logger: log})
-	r.procs = procs.Start(procs.Options{Logger: log})
+	r.procs = procs.Start(procs.Options{Wakeups: r.proxy.Wakeups, Logger: log})
 	started = true
 	return r, nil
 }

@@ -24,17 +24,17 @@ func testUnlimitedFit(most int) *fit {
 }
 
 func testOptions() Options {
-	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt, HostIdleBelow: defaultHostIdle}
+	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt, HostIdleBelow: defaultHostIdle, BacklogScale: defaultBacklog}
 }
 
 func TestALoadWellWithinOneCPUGetsOneProcessorAfterAWindow(t *testing.T) {
 	f := testFit(4)
 	for i, busy := range []float64{0.2, 0.3, 0.1} {
-		if got := f.next(4, busy, 0, 0); got != 4 {
+		if got := f.next(4, interval{busy: busy}); got != 4 {
 			t.Fatalf("interval %d: %d processors before a whole window was seen, want 4", i, got)
 		}
 	}
-	if got := f.next(4, 0.2, 0, 0); got != 1 {
+	if got := f.next(4, interval{busy: 0.2}); got != 1 {
 		t.Fatalf("after a window busy 0.1-0.3 CPUs: %d processors, want 1", got)
 	}
 }
@@ -43,7 +43,7 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 	f := testFit(8)
 	got := 8
 	for _, busy := range []float64{0.3, 0.9, 0.4, 0.2} {
-		got = f.next(got, busy, 0, 0)
+		got = f.next(got, interval{busy: busy})
 	}
 	// 0.9 CPUs at 0.35 a processor: 3 processors.
 	if got != 3 {
@@ -51,7 +51,7 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 	}
 	// A window busy by as much keeps them: the window starts again after a change.
 	for i, busy := range []float64{0.9, 0.9, 0.9, 0.9} {
-		if got = f.next(got, busy, 0, 0); got != 3 {
+		if got = f.next(got, interval{busy: busy}); got != 3 {
 			t.Fatalf("interval %d at 0.9 CPUs with 3 processors: %d, want 3", i, got)
 		}
 	}
@@ -59,16 +59,16 @@ func TestProcessorsAreTakenAwayOnlyDownToWhatTheWindowsPeakNeeds(t *testing.T) {
 
 func TestABusyIntervalDoublesTheProcessorsAtOnceUpToTheMost(t *testing.T) {
 	f := testFit(4)
-	if got := f.next(1, 0.49, 0, 0); got != 1 {
+	if got := f.next(1, interval{busy: 0.49}); got != 1 {
 		t.Fatalf("one processor busy 0.49 CPUs: %d processors, want 1", got)
 	}
-	if got := f.next(1, 0.5, 0, 0); got != 2 {
+	if got := f.next(1, interval{busy: 0.5}); got != 2 {
 		t.Fatalf("one processor busy 0.5 CPUs: %d processors, want 2", got)
 	}
-	if got := f.next(2, 1.0, 0, 0); got != 4 {
+	if got := f.next(2, interval{busy: 1.0}); got != 4 {
 		t.Fatalf("two processors busy 1 CPU: %d processors, want 4", got)
 	}
-	if got := f.next(4, 4.0, 0, 0); got != 4 {
+	if got := f.next(4, interval{busy: 4.0}); got != 4 {
 		t.Fatalf("the most processors, all busy: %d, want 4 (the most)", got)
 	}
 }
@@ -76,19 +76,19 @@ func TestABusyIntervalDoublesTheProcessorsAtOnceUpToTheMost(t *testing.T) {
 func TestARaiseStartsTheWindowAgain(t *testing.T) {
 	f := testFit(2)
 	for range 4 {
-		f.next(2, 0.1, 0, 0)
+		f.next(2, interval{busy: 0.1})
 	}
 	// Lowered to 1, raised by a burst, then quiet: the burst's interval is
 	// not forgotten until a whole window has passed after it.
-	if got := f.next(1, 0.8, 0, 0); got != 2 {
+	if got := f.next(1, interval{busy: 0.8}); got != 2 {
 		t.Fatalf("a burst at one processor: %d processors, want 2", got)
 	}
 	for i := range 3 {
-		if got := f.next(2, 0.1, 0, 0); got != 2 {
+		if got := f.next(2, interval{busy: 0.1}); got != 2 {
 			t.Fatalf("interval %d after the burst: %d processors, want 2 until a window has passed", i, got)
 		}
 	}
-	if got := f.next(2, 0.1, 0, 0); got != 1 {
+	if got := f.next(2, interval{busy: 0.1}); got != 1 {
 		t.Fatalf("a quiet window after the burst: %d processors, want 1", got)
 	}
 }
@@ -96,10 +96,10 @@ func TestARaiseStartsTheWindowAgain(t *testing.T) {
 func TestAContendedHostDoublesTheDefaultProcessorsAtOnce(t *testing.T) {
 	f := testUnlimitedFit(2)
 	// Busy 0.7 CPUs, waiting 0.3 s a second: not yet half the CPU time.
-	if got := f.next(2, 0.7, 0.3, 0); got != 2 {
+	if got := f.next(2, interval{busy: 0.7, wait: 0.3}); got != 2 {
 		t.Fatalf("run-queue wait 0.43 of the CPU time: %d processors, want 2", got)
 	}
-	if got := f.next(2, 0.7, 0.35, 0); got != 4 {
+	if got := f.next(2, interval{busy: 0.7, wait: 0.35}); got != 4 {
 		t.Fatalf("run-queue wait half the CPU time: %d processors, want 4", got)
 	}
 }
@@ -110,18 +110,18 @@ func TestAWaitWhileTheHostHasIdleCPUsIsNotContention(t *testing.T) {
 	// CPUs idle: the 1,000-stream paced load on a quiet 2-CPU host, where
 	// four processors cost 8-22 % more CPU per event than two.
 	for i := range 8 {
-		if got := f.next(2, 0.45, 0.5, 0.4); got != 2 {
+		if got := f.next(2, interval{busy: 0.45, wait: 0.5, hostIdle: 0.4}); got != 2 {
 			t.Fatalf("interval %d, long waits with 0.4 of the host idle: %d processors, want 2", i, got)
 		}
 	}
-	if got := f.next(2, 0.45, 0.5, 0.09); got != 4 {
+	if got := f.next(2, interval{busy: 0.45, wait: 0.5, hostIdle: 0.09}); got != 4 {
 		t.Fatalf("the same waits with the host's CPUs busy: %d processors, want 4", got)
 	}
 	// Beyond the default, intervals with idle CPUs do not keep it there:
 	// back to the default after a window of them.
 	got := 4
 	for range 4 {
-		got = f.next(got, 0.45, 0.9, 0.3)
+		got = f.next(got, interval{busy: 0.45, wait: 0.9, hostIdle: 0.3})
 	}
 	if got != 2 {
 		t.Fatalf("a window of waits with idle CPUs beyond the default: %d processors, want 2", got)
@@ -130,10 +130,10 @@ func TestAWaitWhileTheHostHasIdleCPUsIsNotContention(t *testing.T) {
 
 func TestContentionIsNotJudgedBelowTheDefaultOrWhileNearlyIdle(t *testing.T) {
 	f := testUnlimitedFit(2)
-	if got := f.next(1, 0.3, 1.0, 0); got != 1 {
+	if got := f.next(1, interval{busy: 0.3, wait: 1.0}); got != 1 {
 		t.Fatalf("one processor of two, long waits: %d processors, want 1 (contention counts at the default only)", got)
 	}
-	if got := f.next(2, 0.2, 1.0, 0); got != 2 {
+	if got := f.next(2, interval{busy: 0.2, wait: 1.0}); got != 2 {
 		t.Fatalf("busy 0.2 CPUs with long waits: %d processors, want 2 (too little CPU time to judge by)", got)
 	}
 }
@@ -141,7 +141,7 @@ func TestContentionIsNotJudgedBelowTheDefaultOrWhileNearlyIdle(t *testing.T) {
 func TestACPULimitKeepsTheProcessorsAtTheDefault(t *testing.T) {
 	f := testFit(2)
 	for i := range 8 {
-		if got := f.next(2, 0.9, 2.0, 0); got != 2 {
+		if got := f.next(2, interval{busy: 0.9, wait: 2.0}); got != 2 {
 			t.Fatalf("interval %d, contended under a CPU limit: %d processors, want 2", i, got)
 		}
 	}
@@ -149,34 +149,95 @@ func TestACPULimitKeepsTheProcessorsAtTheDefault(t *testing.T) {
 
 func TestProcessorsBeyondTheDefaultStayUntilAWindowWithoutContention(t *testing.T) {
 	f := testUnlimitedFit(2)
-	got := f.next(2, 0.8, 1.0, 0)
+	got := f.next(2, interval{busy: 0.8, wait: 1.0})
 	if got != 4 {
 		t.Fatalf("contended: %d processors, want 4", got)
 	}
 	// Contended once in the window: kept.
 	for i, iv := range [][2]float64{{0.8, 0.1}, {0.8, 0.6}, {0.8, 0.1}, {0.8, 0.1}, {0.8, 0.1}} {
-		if got = f.next(got, iv[0], iv[1], 0); got != 4 {
+		if got = f.next(got, interval{busy: iv[0], wait: iv[1]}); got != 4 {
 			t.Fatalf("interval %d, a contended interval within the window: %d processors, want 4", i, got)
 		}
 	}
 	// The window now holds no contended interval: back to the default,
 	// which the load (0.8 CPUs at 0.35 a processor) still needs.
-	if got = f.next(got, 0.8, 0.1, 0); got != 2 {
+	if got = f.next(got, interval{busy: 0.8, wait: 0.1}); got != 2 {
 		t.Fatalf("a window without contention: %d processors, want 2", got)
 	}
 }
 
 func TestALightLoadBeyondTheDefaultComesDownToWhatItNeeds(t *testing.T) {
 	f := testUnlimitedFit(4)
-	got := f.next(4, 1.5, 1.0, 0)
+	got := f.next(4, interval{busy: 1.5, wait: 1.0})
 	if got != 8 {
 		t.Fatalf("contended: %d processors, want 8", got)
 	}
 	for range 4 {
-		got = f.next(got, 0.2, 0.5, 0) // too little CPU time to count as contended
+		got = f.next(got, interval{busy: 0.2, wait: 0.5}) // too little CPU time to count as contended
 	}
 	if got != 1 {
 		t.Fatalf("a window at 0.2 CPUs: %d processors, want 1", got)
+	}
+}
+
+func TestABackloggedIntervalRaisesOneProcessorOnlyWhenItIsBusier(t *testing.T) {
+	f := testFit(2)
+	// The unpaced load of bench/run.sh on one processor: 0.3-0.57 CPUs
+	// an interval, most wakeups finding several events.
+	for i, busy := range []float64{0.3, 0.57, 0.45, 0.79} {
+		if got := f.next(1, interval{busy: busy, backlogged: true}); got != 1 {
+			t.Fatalf("interval %d, backlogged, busy %.2f CPUs: %d processors, want 1", i, busy, got)
+		}
+	}
+	if got := f.next(1, interval{busy: 0.85, backlogged: true}); got != 2 {
+		t.Fatalf("backlogged, busy 0.85 CPUs: %d processors, want 2", got)
+	}
+	if got := f.next(1, interval{busy: 0.57}); got != 2 {
+		t.Fatalf("events one at a time, busy 0.57 CPUs: %d processors, want 2", got)
+	}
+}
+
+func TestAWindowOfBackloggedIntervalsLowersAtAHigherShare(t *testing.T) {
+	f := testFit(2)
+	// Peak 0.55 CPUs: two processors at 0.35 each, one at 0.56.
+	got := 2
+	for _, busy := range []float64{0.4, 0.55, 0.45, 0.5} {
+		got = f.next(got, interval{busy: busy, backlogged: true})
+	}
+	if got != 1 {
+		t.Fatalf("a backlogged window peaking at 0.55 CPUs: %d processors, want 1", got)
+	}
+	// One interval of the window not backlogged: the usual share.
+	f = testFit(2)
+	got = 2
+	for i, busy := range []float64{0.4, 0.55, 0.45, 0.5} {
+		got = f.next(got, interval{busy: busy, backlogged: i != 2})
+	}
+	if got != 2 {
+		t.Fatalf("a window peaking at 0.55 CPUs, one interval not backlogged: %d processors, want 2", got)
+	}
+}
+
+func TestContentionDoesNotRaiseBeyondTheDefaultWhileBacklogged(t *testing.T) {
+	f := testUnlimitedFit(2)
+	// Busy and waiting as on a saturated host: four processors if the
+	// events came one at a time (TestAContendedHostDoublesTheDefaultProcessorsAtOnce).
+	for i := range 8 {
+		if got := f.next(2, interval{busy: 0.9, wait: 1.5, backlogged: true}); got != 2 {
+			t.Fatalf("interval %d, contended and backlogged: %d processors, want 2", i, got)
+		}
+	}
+	// Beyond the default already, a window of backlogged intervals brings
+	// it back.
+	got := f.next(2, interval{busy: 0.9, wait: 1.5})
+	if got != 4 {
+		t.Fatalf("contended, events one at a time: %d processors, want 4", got)
+	}
+	for range 4 {
+		got = f.next(got, interval{busy: 0.9, wait: 1.5, backlogged: true})
+	}
+	if got != 2 {
+		t.Fatalf("a contended window of backlogged intervals beyond the default: %d processors, want 2", got)
 	}
 }
 

@@ -220,6 +220,69 @@ func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
 	await.For(t, "GOMAXPROCS back to the default or below once the load is gone", func() bool { return runtime.GOMAXPROCS(0) <= most })
 }
 
+// TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged is the
+// test above with every wakeup of the data plane finding several events:
+// backlogged streams, for which more threads than CPUs only take CPU from
+// the processes that feed and drain them. It watches GOMAXPROCS at each of
+// the Governor's reads of the wakeups for thirty intervals of contention.
+func TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged(t *testing.T) {
+	most := runtime.GOMAXPROCS(0)
+	if most < 2 {
+		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
+	}
+	if cpuLimited("/") {
+		t.Skip("a cgroup CPU limit applies here (or none could be read): the Governor stays at the default anyway")
+	}
+	var (
+		mu    sync.Mutex
+		woken uint64
+		reads int // the Governor's reads since the load started
+		load  bool
+		peak  int // the most processors seen at those reads
+	)
+	wakeups := func() (uint64, uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		woken += 100 // every wakeup found several events
+		if load {
+			reads++
+			peak = max(peak, runtime.GOMAXPROCS(0))
+		}
+		return woken, woken
+	}
+	g := Start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond, Wakeups: wakeups})
+	if g == nil {
+		t.Fatal("no Governor started")
+	}
+	t.Cleanup(g.Stop)
+
+	stopHog := hog(t)
+	defer stopHog()
+	ctx, cancel := context.WithCancel(context.Background())
+	var burners sync.WaitGroup
+	for range most {
+		burners.Go(func() {
+			for ctx.Err() == nil {
+			}
+		})
+	}
+	mu.Lock()
+	load = true
+	mu.Unlock()
+	await.For(t, "thirty intervals read under contention", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return reads >= 30
+	})
+	cancel()
+	burners.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if peak > most {
+		t.Fatalf("GOMAXPROCS reached %d on a contended host with backlogged streams, want at most the default %d", peak, most)
+	}
+}
+
 // threadOfItsOwn starts a goroutine locked to a thread that is not the
 // process's main thread (which Go never lets exit) and returns the thread's
 // id and what ends the goroutine, and with it the thread.

@@ -78,9 +78,6 @@ func main() {
 	batch := logging.Batch(logw)
 	defer batch.Close()
 	logger := logging.New("json", batch)
-	// GOMAXPROCS fitted to the load, as aguard serve does.
-	defer procs.Start(procs.Options{Logger: logger}).Stop()
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	reg := prometheus.NewRegistry()
@@ -107,6 +104,8 @@ func main() {
 	if err != nil {
 		log.Fatalf("aguardprof: %v", err)
 	}
+	// GOMAXPROCS fitted to the load, as aguard serve does.
+	defer procs.Start(procs.Options{Wakeups: p.Wakeups, Logger: logger}).Stop()
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		log.Fatalf("aguardprof: %v", err)
