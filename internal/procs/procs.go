@@ -234,7 +234,7 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 			iv.wait = (wait - lastWait).Seconds() / secs
 		}
 		if idleOK && idleRead && idle >= lastIdle {
-			iv.hostIdle = (idle - lastIdle).Seconds() / secs / float64(runtime.NumCPU())
+			iv.hostIdle = (idle - lastIdle).Seconds() / secs
 		}
 		lastCPU, lastAt = cpu, now
 		lastWait, waitOK = wait, waitRead

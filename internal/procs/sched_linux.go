@@ -143,23 +143,34 @@ func (w *waitReader) close() {
 // idle and iowait fields of /proc/stat's first line, in USER_HZ ticks of
 // 10 ms; https://docs.kernel.org/filesystems/proc.html, "Miscellaneous
 // kernel statistics in /proc/stat"), keeping the file open as waitReader
-// does its files.
+// does its files. That line sums every CPU of the host, which may be more
+// than the process may run on (a container pinned to a few of them): it
+// is divided by the CPUs the file lists, counted when it is opened.
 type idleReader struct {
-	fd  int // -1 before the file is opened
-	buf [512]byte
+	fd   int // -1 before the file is opened
+	cpus int // the CPUs /proc/stat listed when opened
+	buf  [512]byte
 }
 
 func newIdleReader() *idleReader { return &idleReader{fd: -1} }
 
-// read returns the host's idle CPU time so far, summed over its CPUs, and
-// whether it could be read.
+// read returns the host's idle CPU time so far, averaged over its CPUs,
+// and whether it could be read.
 func (r *idleReader) read() (time.Duration, bool) {
 	if r.fd < 0 {
+		stat, err := os.ReadFile("/proc/stat")
+		if err != nil {
+			return 0, false
+		}
+		cpus := countCPUs(stat)
+		if cpus == 0 {
+			return 0, false
+		}
 		fd, err := syscall.Open("/proc/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 		if err != nil {
 			return 0, false
 		}
-		r.fd = fd
+		r.fd, r.cpus = fd, cpus
 	}
 	n, err := syscall.Pread(r.fd, r.buf[:], 0)
 	if err != nil || n <= 0 {
@@ -178,7 +189,19 @@ func (r *idleReader) read() (time.Duration, bool) {
 	if !ok || !ok2 {
 		return 0, false
 	}
-	return time.Duration(idle+iowait) * 10 * time.Millisecond, true
+	return time.Duration(idle+iowait) * 10 * time.Millisecond / time.Duration(r.cpus), true
+}
+
+// countCPUs counts the per-CPU lines ("cpu0 …", "cpu1 …") of /proc/stat:
+// the host's online CPUs, which its first line sums.
+func countCPUs(stat []byte) int {
+	n := 0
+	for line := range bytes.Lines(stat) {
+		if len(line) > 3 && bytes.HasPrefix(line, []byte("cpu")) && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return n
 }
 
 // close closes the file.

@@ -131,6 +131,26 @@ func TestTheHostsIdleTimeGrowsWhileItsCPUsAreFree(t *testing.T) {
 	})
 }
 
+func TestTheHostsCPUsAreCountedFromItsPerCPULines(t *testing.T) {
+	stat := "cpu  4705 356 584 3699 23 23 0 0 0 0\n" +
+		"cpu0 1393280 32966 572056 13343292 6130 0 17875 0 23933 0\n" +
+		"cpu1 1335 1 10 2000 3 0 0 0 0 0\n" +
+		"cpu13 1 1 1 1 1 0 0 0 0 0\n" +
+		"intr 1462898\nctxt 115315\nbtime 769041601\nprocesses 86031\n"
+	if got := countCPUs([]byte(stat)); got != 3 {
+		t.Fatalf("%d CPUs counted in\n%s\nwant 3", got, stat)
+	}
+	// On this host: at least the CPUs this process may run on.
+	r := newIdleReader()
+	defer r.close()
+	if _, ok := r.read(); !ok {
+		t.Fatal("no idle time read from /proc/stat")
+	}
+	if r.cpus < runtime.NumCPU() {
+		t.Fatalf("/proc/stat lists %d CPUs, fewer than the %d this process may run on", r.cpus, runtime.NumCPU())
+	}
+}
+
 func TestAThreadThatExitsIsDroppedWithItsFile(t *testing.T) {
 	w := newWaitReader()
 	defer w.close()
