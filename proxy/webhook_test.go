@@ -143,6 +143,10 @@ func TestAWebhookLeavesOnceItsRecordIsInRedis(t *testing.T) {
 		o.State = st
 		o.Notifier = hooks
 	})
+	// Released on a failure too, before the agent's server closes: its
+	// handler waits for it, and the server's Close for the handler.
+	releaseRun := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseRun)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -150,14 +154,14 @@ func TestAWebhookLeavesOnceItsRecordIsInRedis(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}()
-	await.Within(t, 5*time.Second, "the ledger to record the started call", func() bool {
+	await.For(t, "the ledger to record the started call", func() bool {
 		_, err := st.GetCall(context.Background(), state.Ref{ThreadID: "thread-x", ID: "w-1"})
 		return err == nil
 	})
 	if n := raw.Exists(context.Background(), "aguard:{thread-x}:call:w-1").Val(); n != 0 {
 		t.Fatalf("the started call's record reached Redis while the write gathers: the webhook sent it early")
 	}
-	close(release)
+	releaseRun()
 	<-done
 	select {
 	case inRedis := <-started:
