@@ -107,20 +107,19 @@ type Options struct {
 	// RaiseAt times this, a window of them lowers them at LowerAt times
 	// this (1.6: 0.8 and 0.56 of a processor).
 	BacklogScale float64
-	DebugEvents  func() uint64
 	// Logger gets a debug record per change; nil discards.
 	Logger *slog.Logger
 }
 
 const (
-	defaultEvery       = 100 * time.Millisecond
-	defaultWindow      = 2 * time.Second
-	defaultRaiseAt     = 0.5
-	defaultLowerAt     = 0.35
-	defaultContendedAt = 0.5
-	defaultHostIdle    = 0.1
-	defaultBacklogAt   = 0.5
-	defaultBacklog     = 1.6
+	defaultEvery        = 100 * time.Millisecond
+	defaultWindow       = 2 * time.Second
+	defaultRaiseAt      = 0.5
+	defaultLowerAt      = 0.35
+	defaultContendedAt  = 0.5
+	defaultHostIdle     = 0.1
+	defaultBacklogAt    = 0.5
+	defaultBacklogScale = 1.6
 )
 
 // Governor sets GOMAXPROCS from the CPU time the process uses.
@@ -162,7 +161,7 @@ func Start(opt Options) *Governor {
 		opt.BacklogAt = defaultBacklogAt
 	}
 	if opt.BacklogScale <= 0 {
-		opt.BacklogScale = defaultBacklog
+		opt.BacklogScale = defaultBacklogScale
 	}
 	if opt.Wakeups == nil {
 		opt.Wakeups = func() (uint64, uint64) { return 0, 0 }

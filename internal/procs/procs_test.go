@@ -24,7 +24,7 @@ func testUnlimitedFit(most int) *fit {
 }
 
 func testOptions() Options {
-	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt, HostIdleBelow: defaultHostIdle, BacklogScale: defaultBacklog}
+	return Options{Every: time.Second, Window: 4 * time.Second, RaiseAt: defaultRaiseAt, LowerAt: defaultLowerAt, ContendedAt: defaultContendedAt, HostIdleBelow: defaultHostIdle, BacklogScale: defaultBacklogScale}
 }
 
 func TestALoadWellWithinOneCPUGetsOneProcessorAfterAWindow(t *testing.T) {
