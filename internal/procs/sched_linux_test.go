@@ -206,26 +206,27 @@ func TestTheWaitReaderClosesEveryFileItOpened(t *testing.T) {
 	}
 }
 
-// TestTheGovernorGoesBeyondTheDefaultOnAContendedHost runs a real Governor
-// beside processes that keep every CPU busy: a process busy one CPU's worth
-// gets twice the default processors, and comes down to the default or
-// below when its load goes.
-func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
-	most := runtime.GOMAXPROCS(0)
+// governContended starts a Governor with opt, its intervals shortened,
+// beside processes that keep every CPU busy (hog) and goroutines that keep
+// as many busy as the runtime's default. It returns that default and what
+// stops the goroutines; the rest stops with the test. It skips where there
+// is nothing to govern or a CPU limit keeps the Governor at the default.
+func governContended(t *testing.T, opt Options) (most int, stop func()) {
+	t.Helper()
+	most = runtime.GOMAXPROCS(0)
 	if most < 2 {
 		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
 	}
 	if cpuLimited("/") {
 		t.Skip("a cgroup CPU limit applies here (or none could be read): the Governor stays at the default, as TestACPULimitKeepsTheProcessorsAtTheDefault shows")
 	}
-	g := Start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond})
+	opt.Every, opt.Window = 10*time.Millisecond, 100*time.Millisecond
+	g := Start(opt)
 	if g == nil {
 		t.Fatal("no Governor started")
 	}
 	t.Cleanup(g.Stop)
-
-	stopHog := hog(t)
-	defer stopHog()
+	hog(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	var burners sync.WaitGroup
 	for range most {
@@ -234,9 +235,22 @@ func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
 			}
 		})
 	}
+	stop = func() {
+		cancel()
+		burners.Wait()
+	}
+	t.Cleanup(stop)
+	return most, stop
+}
+
+// TestTheGovernorGoesBeyondTheDefaultOnAContendedHost runs a real Governor
+// beside processes that keep every CPU busy: a process busy one CPU's worth
+// gets twice the default processors, and comes down to the default or
+// below when its load goes.
+func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
+	most, stop := governContended(t, Options{})
 	await.For(t, "GOMAXPROCS twice the default while other processes take the CPUs", func() bool { return runtime.GOMAXPROCS(0) == 2*most })
-	cancel()
-	burners.Wait()
+	stop()
 	await.For(t, "GOMAXPROCS back to the default or below once the load is gone", func() bool { return runtime.GOMAXPROCS(0) <= most })
 }
 
@@ -246,13 +260,6 @@ func TestTheGovernorGoesBeyondTheDefaultOnAContendedHost(t *testing.T) {
 // the processes that feed and drain them. It watches GOMAXPROCS at each of
 // the Governor's reads of the wakeups for thirty intervals of contention.
 func TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged(t *testing.T) {
-	most := runtime.GOMAXPROCS(0)
-	if most < 2 {
-		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
-	}
-	if cpuLimited("/") {
-		t.Skip("a cgroup CPU limit applies here (or none could be read): the Governor stays at the default anyway")
-	}
 	var (
 		mu    sync.Mutex
 		woken uint64
@@ -270,22 +277,7 @@ func TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged(t *testing.
 		}
 		return woken, woken
 	}
-	g := Start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond, Wakeups: wakeups})
-	if g == nil {
-		t.Fatal("no Governor started")
-	}
-	t.Cleanup(g.Stop)
-
-	stopHog := hog(t)
-	defer stopHog()
-	ctx, cancel := context.WithCancel(context.Background())
-	var burners sync.WaitGroup
-	for range most {
-		burners.Go(func() {
-			for ctx.Err() == nil {
-			}
-		})
-	}
+	most, stop := governContended(t, Options{Wakeups: wakeups})
 	mu.Lock()
 	load = true
 	mu.Unlock()
@@ -294,8 +286,7 @@ func TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged(t *testing.
 		defer mu.Unlock()
 		return reads >= 30
 	})
-	cancel()
-	burners.Wait()
+	stop()
 	mu.Lock()
 	defer mu.Unlock()
 	if peak > most {
