@@ -25,8 +25,9 @@
 #
 # MODE: paced (default), unpaced (50 streams, as fast as read) or tools (200
 # streams × 20 events/s, runs of 200 events with two frontend calls of 1 KiB
-# arguments, as run.sh's tools phase) or cold (3,000 streams × 6.667 events/s,
-# the sweep's 3,000-stream point: each stream's state cold when it wakes).
+# arguments, as run.sh's tools phase), cold (3,000 streams × 6.667 events/s,
+# the sweep's 3,000-stream point: each stream's state cold when it wakes) or
+# warm (100 streams × 200 events/s, the sweep's 100-stream point).
 # REDIS=1 gives every aguard the
 # ledger in Redis (--redis; one throwaway redis-server, a database per
 # aguard). Needs nginx (apt-get install -y nginx-light). Everything listens on 127.0.0.1; every process started here

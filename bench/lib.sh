@@ -112,6 +112,8 @@ mode_load() {
 	# cold: the sweep's 3000-stream point (run.sh), where each stream is woken
 	# once every 150 ms and finds its state cold in the cache.
 	cold) QUERY="events=1000000000&rate=6.667" LOAD=(-streams $((3000 / share)) -ramp 3s -warmup 3s) ;;
-	*) die "MODE is paced, unpaced, tools or cold, not $1" ;;
+	# warm: the sweep's 100-stream point, each stream woken every 5 ms.
+	warm) QUERY="events=1000000000&rate=200" LOAD=(-streams $((100 / share)) -ramp 2s -warmup 3s) ;;
+	*) die "MODE is paced, unpaced, tools, cold or warm, not $1" ;;
 	esac
 }

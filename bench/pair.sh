@@ -17,7 +17,7 @@
 #
 #   MODE=tools REDIS=1 bash bench/pair.sh main .
 #
-# MODE: paced, unpaced, tools or cold, as bench/ab.sh. REDIS=1 gives each aguard
+# MODE: paced, unpaced, tools, cold or warm, as bench/ab.sh. REDIS=1 gives each aguard
 # the ledger in Redis (one throwaway redis-server, a database each).
 # WEBHOOK=1 gives each a --webhook to agentsim's receiver (POST /hook, 204),
 # its deliveries queued in that Redis with REDIS=1:
