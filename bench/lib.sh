@@ -101,7 +101,7 @@ EOF
 }
 
 # mode_load MODE [SHARE]: set QUERY and LOAD (loadgen's -streams, -ramp and
-# -warmup) for ab.sh's and pair.sh's MODE (paced, unpaced or tools), with
+# -warmup) for ab.sh's and pair.sh's MODE (paced, unpaced, tools, cold or warm), with
 # the streams divided among SHARE proxies loaded at once (default 1).
 mode_load() {
 	local share=${2:-1}
