@@ -78,13 +78,20 @@ func (b *Batch) Reset() {
 	b.Out = b.Out[:0]
 	b.Notes = b.Notes[:0]
 	b.Done = false
-	b.Calls = b.Calls[:0]
+	if cap(b.Calls) > keptCalls {
+		b.Calls = nil // a snapshot's thousands of calls are not kept for every event after it
+	} else {
+		b.Calls = b.Calls[:0]
+	}
 	if r := &b.Run; r.Kind != "" || r.RunID != "" || r.Outcome != "" || r.Code != "" || len(r.Pending) > 0 || len(r.Interrupts) > 0 {
 		// Only when set: rewriting the pointers of an empty one for every
 		// event costs write barriers while the GC runs.
 		b.Run = RunEnd{Pending: b.Run.Pending[:0], Interrupts: b.Run.Interrupts[:0]}
 	}
 }
+
+// keptCalls is the capacity of Batch.Calls that Reset keeps.
+const keptCalls = 256
 
 // Options configure a Stream.
 type Options struct {

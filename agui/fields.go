@@ -259,7 +259,7 @@ func ferr(reason string) *fieldError { return &fieldError{reason: reason} }
 // checkObject checks the members of o against fs: each known member has its
 // shape, appears once, and every required member is present. unknown reports
 // whether o has members fs does not describe.
-func checkObject(o *fastjson.Object, fs []field) (unknown bool, err *fieldError) {
+func checkObject(o *fastjson.Object, fs []field, msgs messageList) (unknown bool, err *fieldError) {
 	var seen uint64 // fs never has more than 64 entries
 	o.Visit(func(key []byte, v *fastjson.Value) {
 		if err != nil {
@@ -274,7 +274,7 @@ func checkObject(o *fastjson.Object, fs []field) (unknown bool, err *fieldError)
 				return
 			}
 			seen |= 1 << uint(i)
-			if e := checkValue(v, &fs[i]); e != nil {
+			if e := checkValue(v, &fs[i], msgs); e != nil {
 				err = e.at(fs[i].name)
 			}
 			return
@@ -315,8 +315,9 @@ func expected(what string, v *fastjson.Value) *fieldError {
 
 const maxSafeInt = 1<<53 - 1
 
-// checkValue checks one value against its field description.
-func checkValue(v *fastjson.Value, fd *field) *fieldError {
+// checkValue checks one value against its field description. msgs are the
+// replayed messages a hollow copy left out, read in their place (hollow.go).
+func checkValue(v *fastjson.Value, fd *field, msgs messageList) *fieldError {
 	t := v.Type()
 	if t == fastjson.TypeNull {
 		if fd.nullOK || fd.kind == kAny {
@@ -381,9 +382,17 @@ func checkValue(v *fastjson.Value, fd *field) *fieldError {
 	case kMsgContent:
 		return checkContent(v, mediaPartFieldsCompat)
 	case kMessages:
+		if msgs.text != nil {
+			return msgs.check()
+		}
 		return checkArray(v, checkMessage)
 	case kInput:
-		return objectOf(inputFields)(v)
+		if t != fastjson.TypeObject {
+			return expected("object", v)
+		}
+		o, _ := v.Object()
+		_, err := checkObject(o, inputFields, msgs)
+		return err
 	case kTools:
 		return checkArray(v, objectOf(toolFields))
 	case kContexts:
@@ -423,7 +432,7 @@ func objectOf(fs []field) func(*fastjson.Value) *fieldError {
 			return expected("object", v)
 		}
 		o, _ := v.Object()
-		_, err := checkObject(o, fs)
+		_, err := checkObject(o, fs, messageList{})
 		return err
 	}
 }
@@ -544,7 +553,7 @@ func checkMessage(v *fastjson.Value) *fieldError {
 		fs = msgCommon
 	}
 	o, _ := v.Object()
-	_, err := checkObject(o, fs)
+	_, err := checkObject(o, fs, messageList{})
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -273,8 +274,23 @@ func FuzzScan(f *testing.F) {
 func FuzzParseRunInput(f *testing.F) {
 	f.Add([]byte(inputJSON))
 	f.Add([]byte(`{"threadId":"t","runId":"r","messages":[{"id":"a","role":"assistant","toolCalls":[{"id":"c","type":"function","function":{"name":"n","arguments":""}}]},{"id":"t","role":"tool","toolCallId":"c","content":[{"type":"image","source":{"type":"url","value":"u"}}]}]}`))
+	f.Add([]byte(`{"threadId":"t","runId":"r","messages":[{"id":"u","role":"user","content":"hi"},{"id":"a","role":"assistant","toolCalls":[{"id":"c"}]}],"state":{"a":[1]}}`))
+	f.Add([]byte(` { "threadId" : "t", "runId":"r", "messages" : [ ], "messages":[{"id":"u","role":"user"}] } `))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		in, err := ParseRunInput(data)
+		if padded := padInput(data); padded != nil {
+			// Large, it is parsed from a hollow copy, its messages one at
+			// a time (hollow.go): the same input, the same outcome.
+			pin, perr := ParseRunInput(padded)
+			switch {
+			case (err == nil) != (perr == nil):
+				t.Fatalf("padded past %d bytes: error %v, then %v", hollowAbove, err, perr)
+			case err != nil && err.Error() != perr.Error():
+				t.Fatalf("padded past %d bytes: error %q, then %q", hollowAbove, err, perr)
+			case err == nil && !reflect.DeepEqual(in, pin):
+				t.Fatalf("padded past %d bytes: %+v, then %+v", hollowAbove, in, pin)
+			}
+		}
 		if err != nil {
 			if _, ok := err.(*InputError); !ok {
 				t.Fatalf("error %T is not *InputError", err)
@@ -357,4 +373,19 @@ func batchDiff(a, b *Batch) string {
 		return fmt.Sprintf("notes/calls/run %v %v %v vs %v %v %v", a.Notes, a.Calls, a.Run, b.Notes, b.Calls, b.Run)
 	}
 	return ""
+}
+
+// padInput returns the JSON object data with an unknown member first whose
+// value takes it past hollowAbove, or nil when data is not a valid object.
+func padInput(data []byte) []byte {
+	body := bytes.TrimLeft(data, " \t\r\n")
+	if !json.Valid(data) || len(body) == 0 || body[0] != '{' {
+		return nil
+	}
+	rest := bytes.TrimLeft(body[1:], " \t\r\n")
+	pad := `{"aguardPadding":"` + strings.Repeat("x", hollowAbove) + `"`
+	if rest[0] != '}' {
+		pad += ","
+	}
+	return append([]byte(pad), rest...)
 }

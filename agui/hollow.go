@@ -1,6 +1,8 @@
 package agui
 
 import (
+	"strings"
+
 	"github.com/valyala/fastjson"
 
 	"github.com/aguard/aguard/internal/jsonedit"
@@ -19,6 +21,15 @@ import (
 // in which each such value is replaced by the smallest value of its kind
 // ({}, [], "", 0, true, false, null): the checks see the same members with
 // the same kinds, and what is forwarded is the event itself, never the copy.
+//
+// The messages a large event replays (MESSAGES_SNAPSHOT.messages, the
+// RUN_STARTED input's messages) are read, but not all at once: the copy
+// holds [] in their place, and the checks and the tool-call rules read
+// them from the event one message at a time (messageList, in snapshot.go),
+// each parsed into a tree of its own that the next one reuses. A whole
+// history parsed at once cost up to 60 times its size (fastjson's tree
+// holds each value in a slice grown by appending, about 400 bytes a value
+// when the slice is new); one message at a time costs the largest message.
 // FuzzStream checks that hollowing changes nothing in any step's outcome.
 
 // hollowAbove is the event size from which the tree is built from a hollow
@@ -28,8 +39,10 @@ const hollowAbove = 64 << 10
 
 // parseSource returns what Feed parses for the compact event out: out
 // itself, or its hollow copy (in s.hbuf) when out is large and hollowing
-// at least halves it.
+// at least halves it. With the copy, s.msgText is the text of the messages
+// it left out (nil when none).
 func (s *Stream) parseSource(out []byte) []byte {
+	s.msgText = nil
 	if len(out) < s.hollowAbove {
 		return out
 	}
@@ -45,20 +58,47 @@ func (s *Stream) parseSource(out []byte) []byte {
 	if s.hollowAbove > 0 && size > len(out)/2 {
 		return out // not worth a second copy of the event
 	}
-	h, at := s.hbuf[:0], 0
-	for _, c := range s.cuts {
-		h = append(append(h, out[at:c.start]...), c.token...)
-		at = c.end
-	}
-	s.hbuf = append(h, out[at:]...)
+	s.hbuf, s.msgText = hollowCopy(s.hbuf[:0], out, s.cuts)
 	return s.hbuf
 }
 
+// hollowCopy appends to dst the copy of text with cuts made, and returns
+// it with the text of the messages it left out (nil when none).
+func hollowCopy(dst, text []byte, cuts []cut) (copied, msgText []byte) {
+	at := 0
+	for _, c := range cuts {
+		dst = append(append(dst, text[at:c.start]...), c.token...)
+		at = c.end
+		if c.messages {
+			msgText = text[c.start:c.end]
+		}
+	}
+	return append(dst, text[at:]...), msgText
+}
+
+// hollowInput returns what ParseRunInput parses for a large RunAgentInput
+// (compact JSON): a copy without the values nothing reads (state,
+// forwardedProps, unknown members) and without its messages, whose text it
+// returns to be read one at a time; or body itself and nil, when an
+// escaped key makes a member's name uncertain or nothing is left out.
+func hollowInput(body []byte) (src, msgText []byte) {
+	if len(body) < 2 || body[0] != '{' {
+		return body, nil
+	}
+	cuts, ok := objectCuts(nil, body, 0, inputFields, 1, false, new(bool))
+	if !ok || len(cuts) == 0 {
+		return body, nil
+	}
+	return hollowCopy(make([]byte, 0, 1024), body, cuts)
+}
+
 // cut is one value of an event to replace in its hollow copy: out[start:end]
-// becomes token.
+// becomes token. messages marks the replayed messages, which the checks
+// still read, one at a time.
 type cut struct {
 	start, end int
 	token      string
+	messages   bool
 }
 
 // hollowCuts appends to cuts the values of event (valid, compact JSON) to
@@ -85,13 +125,15 @@ func hollowCuts(cuts []cut, event []byte) ([]cut, bool) {
 	if spec := specFor(typ[1 : len(typ)-1]); spec != nil {
 		fields = spec.fields
 	}
-	return objectCuts(cuts, event, 0, fields, 1, true)
+	return objectCuts(cuts, event, 0, fields, 1, true, new(bool))
 }
 
 // objectCuts appends the cuts of the object at event[at:], fields
 // describing its members, at the given nesting depth. top marks the event
-// itself, whose type member always stays.
-func objectCuts(cuts []cut, event []byte, at int, fields []field, depth int, top bool) ([]cut, bool) {
+// itself, whose type member always stays. msgsSeen reports that a messages
+// member came earlier in the text: only the first is left out, the one the
+// checks read first (the others are duplicates, or in a duplicate input).
+func objectCuts(cuts []cut, event []byte, at int, fields []field, depth int, top bool, msgsSeen *bool) ([]cut, bool) {
 	ok := eachMember(event, at, func(key []byte, vs, ve int) {
 		if top && string(key) == "type" {
 			return
@@ -107,12 +149,17 @@ func objectCuts(cuts []cut, event []byte, at int, fields []field, depth int, top
 		case top && known && k == kInput && event[vs] == '{':
 			mark := len(cuts)
 			var ok bool
-			if cuts, ok = objectCuts(cuts, event, vs, inputFields, depth+1, false); !ok {
+			if cuts, ok = objectCuts(cuts, event, vs, inputFields, depth+1, false, msgsSeen); !ok {
 				cuts = cuts[:mark] // an escaped key inside: the input stays whole
 			}
+		case known && k == kMessages:
+			if !*msgsSeen && event[vs] == '[' && ve-vs > 2 && depth+nesting(event[vs:ve]) < fastjson.MaxDepth {
+				cuts = append(cuts, cut{start: vs, end: ve, token: "[]", messages: true})
+			}
+			*msgsSeen = true
 		case !known || k == kAny || k == kAnyNonNil || k == kObject:
 			if token, ok := hollowToken(event[vs:ve], depth); ok {
-				cuts = append(cuts, cut{vs, ve, token})
+				cuts = append(cuts, cut{start: vs, end: ve, token: token})
 			}
 		}
 	})
@@ -181,4 +228,65 @@ func eachMember(obj []byte, at int, fn func(key []byte, vs, ve int)) bool {
 		}
 		fn(m.Key, at+m.ValueStart, at+m.ValueEnd)
 	}
+}
+
+// maxTreeValues bounds the JSON values of one parse tree: of an event (its
+// hollow copy), or of one of the replayed messages read one at a time. A
+// tree costs up to about 400 bytes a value (fastjson's value slice, grown
+// by appending), so the bound keeps one event's tree under about 50 MiB
+// whatever its size: an agent's 16 MiB STATE_DELTA of empty patch
+// operations would otherwise take a gigabyte.
+const maxTreeValues = 1 << 17
+
+// msgTreeTooLarge is the RUN_ERROR message of an event past maxTreeValues.
+const msgTreeTooLarge = "an event held more than 131072 JSON values to check at once (in one replayed message, for messages)"
+
+// treeTooLarge reports whether parsing src, or one of the messages in the
+// array msgText (nil when none), would build a tree of more than
+// maxTreeValues values. A value takes at least two bytes of compact JSON
+// with its separator: a shorter text is not read.
+func treeTooLarge(src, msgText []byte) bool {
+	if len(src) >= 2*maxTreeValues && treeValues(src) > maxTreeValues {
+		return true
+	}
+	if len(msgText) < 2*maxTreeValues {
+		return false
+	}
+	it := jsonedit.Elements(msgText)
+	for {
+		el, more := it.Next()
+		if !more {
+			return false
+		}
+		if m := msgText[el.ValueStart:el.ValueEnd]; len(m) >= 2*maxTreeValues && treeValues(m) > maxTreeValues {
+			return true
+		}
+	}
+}
+
+// treeValues counts the values in the compact, valid JSON text v: the
+// nodes of its parse tree (object keys are not values).
+func treeValues(v []byte) int {
+	n := 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '"':
+			e := jsonedit.StringEnd(v, i)
+			if e < 0 {
+				return n
+			}
+			if e == len(v) || v[e] != ':' {
+				n++
+			}
+			i = e - 1
+		case c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n':
+			n++ // true, false and null: their other letters match no case
+		case c == '-' || (c >= '0' && c <= '9'):
+			n++
+			for i+1 < len(v) && strings.IndexByte("0123456789.eE+-", v[i+1]) >= 0 {
+				i++
+			}
+		}
+	}
+	return n
 }

@@ -93,19 +93,37 @@ var inputParsers fastjson.ParserPool
 // *InputError.
 func ParseRunInput(body []byte) (*RunInput, error) {
 	var sc scanner
-	if _, err := sc.scan(body); err != nil {
-		return nil, &InputError{Reason: "not valid JSON: " + err.Error()}
+	compact, serr := sc.scan(body)
+	if serr != nil {
+		return nil, &InputError{Reason: "not valid JSON: " + serr.Error()}
+	}
+	// A large input is parsed as events are (hollow.go): without what
+	// nothing reads, its messages one at a time.
+	src, msgs := body, messageList{}
+	if len(body) >= hollowAbove {
+		if !compact {
+			body = appendCompact(nil, body)
+		}
+		src, msgs.text = hollowInput(body)
+		if treeTooLarge(src, msgs.text) {
+			return nil, &InputError{Reason: "holds more JSON values to check at once than aguard reads (131072; in one message, for messages)"}
+		}
+		if msgs.text != nil {
+			msgs.p = inputParsers.Get()
+			defer inputParsers.Put(msgs.p)
+		}
 	}
 	p := inputParsers.Get()
 	defer inputParsers.Put(p)
-	v, err := p.ParseBytes(body)
+	v, err := p.ParseBytes(src)
 	if err != nil {
 		return nil, &InputError{Reason: "JSON nested too deeply"}
 	}
 	if v.Type() != fastjson.TypeObject {
 		return nil, &InputError{Reason: "expected a JSON object, got " + typeName(v.Type())}
 	}
-	if fe := objectOf(inputFields)(v); fe != nil {
+	o, _ := v.Object()
+	if _, fe := checkObject(o, inputFields, msgs); fe != nil {
 		return nil, &InputError{Path: fe.path(), Reason: fe.reason}
 	}
 	in := &RunInput{
@@ -127,7 +145,10 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 		}
 		in.Tools = append(in.Tools, tool)
 	}
-	for _, m := range v.GetArray("messages") {
+	if msgs.text == nil {
+		msgs.tree = v.GetArray("messages")
+	}
+	msgs.each(func(_ int, m *fastjson.Value) {
 		switch string(m.GetStringBytes("role")) {
 		case "tool":
 			tm := ToolMessage{ID: string(m.GetStringBytes("id")), ToolCallID: string(m.GetStringBytes("toolCallId"))}
@@ -149,7 +170,7 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 				}
 			}
 		}
-	}
+	})
 	for _, r := range v.GetArray("resume") {
 		in.Resume = append(in.Resume, ResumeEntry{InterruptID: string(r.GetStringBytes("interruptId")), Status: string(r.GetStringBytes("status"))})
 	}

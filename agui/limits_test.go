@@ -1,8 +1,10 @@
 package agui
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -157,5 +159,135 @@ func endsByTheLimit(t *testing.T, ev func(i int) []byte, max int) {
 	}
 	if last := b.Out[len(b.Out)-1].JSON; !strings.Contains(string(last), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
 		t.Fatalf("ended after %d events, not by the limit: %s", n, last)
+	}
+}
+
+// TestReplayedMessagesAreReadOneAtATime: a large MESSAGES_SNAPSHOT is
+// checked one message at a time, so that what it costs follows its size,
+// not the number of JSON values in it (a parse tree of the whole history
+// took about 50 times its size), and the bound on a parse tree applies to
+// each message, not to the history.
+func TestReplayedMessagesAreReadOneAtATime(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"type":"MESSAGES_SNAPSHOT","messages":[`)
+	for i := range 40_000 { // 160,000 values in all, past maxTreeValues
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"id":"m%d","role":"user","content":"a message of the conversation, as long as many are: %d"}`, i, i)
+	}
+	sb.WriteString(`]}`)
+	ev := []byte(sb.String())
+	s := NewStream(nil, Options{})
+	var b Batch
+	s.Feed(context.Background(), []byte(runStarted), &b)
+	allocated := bytesAllocated(func() { s.Feed(context.Background(), ev, &b) })
+	if b.Done || len(b.Out) != 1 || !bytes.Equal(b.Out[0].JSON, ev) {
+		t.Fatalf("the snapshot was not forwarded as it came: done %v, %d events out", b.Done, len(b.Out))
+	}
+	if ratio := float64(allocated) / float64(len(ev)); ratio > 2 {
+		t.Fatalf("a %d-byte snapshot allocated %d bytes, %.1f times its size; want at most 2", len(ev), allocated, ratio)
+	} else {
+		t.Logf("a %d-byte snapshot of %d messages allocated %.2f times its size", len(ev), 40_000, ratio)
+	}
+}
+
+// TestParseTreeIsBounded: an event whose parse tree would hold more than
+// maxTreeValues values, a STATE_DELTA of many empty patch operations or a
+// replayed message of many empty content parts, ends the stream with
+// AGUARD_LIMIT_EXCEEDED before it is parsed; one just under the bound is
+// handled.
+func TestParseTreeIsBounded(t *testing.T) {
+	delta := func(ops int) []byte {
+		return []byte(`{"type":"STATE_DELTA","delta":[` + strings.Repeat(`{"op":"add","path":"/a","value":0},`, ops-1) + `{"op":"add","path":"/a","value":0}]}`)
+	}
+	parts := func(n int) []byte {
+		return []byte(`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"u","role":"user","content":"hi"},{"id":"m","role":"user","content":[` +
+			strings.Repeat(`{"type":"text","text":""},`, n-1) + `{"type":"text","text":""}]}]}`)
+	}
+	for _, tt := range []struct {
+		name   string
+		event  []byte
+		values int
+	}{
+		{"a STATE_DELTA", delta(maxTreeValues/4 + 1), 4 * (maxTreeValues/4 + 1)},
+		{"a replayed message", parts(maxTreeValues/3 + 1), 3 * (maxTreeValues/3 + 1)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStream(nil, Options{})
+			var b Batch
+			s.Feed(context.Background(), []byte(runStarted), &b)
+			allocated := bytesAllocated(func() { s.Feed(context.Background(), tt.event, &b) })
+			if !b.Done || !strings.Contains(string(b.Out[len(b.Out)-1].JSON), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
+				t.Fatalf("an event of %d values (%d bytes) was not refused: %d events out", tt.values+1, len(tt.event), len(b.Out))
+			}
+			if allocated > int64(len(tt.event)) {
+				t.Fatalf("refusing a %d-byte event allocated %d bytes", len(tt.event), allocated)
+			}
+		})
+	}
+	for _, tt := range []struct {
+		name  string
+		event []byte
+	}{
+		{"a STATE_DELTA", delta(maxTreeValues/4 - 1)},
+		{"a replayed message", parts(maxTreeValues/3 - 2)},
+	} {
+		t.Run(tt.name+" under the bound", func(t *testing.T) {
+			s := NewStream(nil, Options{})
+			var b Batch
+			s.Feed(context.Background(), []byte(runStarted), &b)
+			allocated := bytesAllocated(func() { s.Feed(context.Background(), tt.event, &b) })
+			if b.Done || len(b.Out) != 1 {
+				t.Fatalf("refused: %q", b.Out)
+			}
+			t.Logf("%d bytes allocated for a %d-byte event at the bound", allocated, len(tt.event))
+		})
+	}
+}
+
+// bytesAllocated returns the bytes the heap allocated while f ran.
+func bytesAllocated(f func()) int64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return int64(after.TotalAlloc - before.TotalAlloc)
+}
+
+// TestRunInputMessagesAreReadOneAtATime: a large RunAgentInput is read as a
+// large event is, its history one message at a time, and one message of
+// more values than a parse tree may hold is refused as an invalid input.
+func TestRunInputMessagesAreReadOneAtATime(t *testing.T) {
+	var sb strings.Builder
+	sb.WriteString(`{"threadId":"t","runId":"r","messages":[`)
+	for i := range 40_000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"id":"m%d","role":"user","content":"a message of the conversation, as long as many are: %d"}`, i, i)
+	}
+	sb.WriteString(`,{"id":"a","role":"assistant","toolCalls":[{"id":"c1","type":"function","function":{"name":"confirm","arguments":"{}"}}]},{"id":"tm","role":"tool","toolCallId":"c1","content":"yes"}],"tools":[{"name":"confirm"}]}`)
+	body := []byte(sb.String())
+	var in *RunInput
+	var err error
+	allocated := bytesAllocated(func() { in, err = ParseRunInput(body) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.ToolMessages) != 1 || in.ToolMessages[0].ToolCallID != "c1" || !in.calls["c1"] {
+		t.Fatalf("the history's call and answer not read: %+v", in)
+	}
+	if ratio := float64(allocated) / float64(len(body)); ratio > 1 {
+		t.Fatalf("a %d-byte input allocated %d bytes, %.1f times its size; want at most 1", len(body), allocated, ratio)
+	} else {
+		t.Logf("a %d-byte input of 40,002 messages allocated %.2f times its size", len(body), ratio)
+	}
+
+	parts := `{"threadId":"t","runId":"r","messages":[{"id":"m","role":"user","content":[` +
+		strings.Repeat(`{"type":"text","text":""},`, maxTreeValues/3) + `{"type":"text","text":""}]}]}`
+	_, err = ParseRunInput([]byte(parts))
+	if ie, ok := err.(*InputError); !ok || !strings.Contains(ie.Reason, "131072") {
+		t.Fatalf("a message of %d values: %v", maxTreeValues+3, err)
 	}
 }

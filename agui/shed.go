@@ -15,6 +15,10 @@ func (s *Stream) shed(parsed int) {
 	if parsed > shedAbove {
 		s.p = fastjson.Parser{}
 	}
+	if len(s.msgText) > shedAbove {
+		s.mp = fastjson.Parser{}
+	}
+	s.msgText = nil
 	for _, b := range []*[]byte{&s.cbuf, &s.rbuf, &s.tbuf, &s.hbuf} {
 		if cap(*b) > shedAbove {
 			*b = nil

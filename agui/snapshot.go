@@ -97,6 +97,64 @@ func (s *Stream) introduces(id []byte) bool {
 	return !known
 }
 
+// messageList is the messages of a MESSAGES_SNAPSHOT or of a RUN_STARTED
+// input echo: the array of the event's tree, or, when the event's hollow
+// copy left them out (hollow.go), the array's text, each message parsed
+// when it is read, into a tree the next one reuses.
+type messageList struct {
+	tree []*fastjson.Value
+	text []byte
+	p    *fastjson.Parser
+}
+
+// replayedMessages returns the messages the hollow copy of the event being
+// fed left out, if any (text nil when none).
+func (s *Stream) replayedMessages() messageList {
+	return messageList{text: s.msgText, p: &s.mp}
+}
+
+// each calls fn with each message and its index. A message is valid only
+// until fn returns.
+func (r messageList) each(fn func(i int, m *fastjson.Value)) {
+	if r.text == nil {
+		for i, m := range r.tree {
+			fn(i, m)
+		}
+		return
+	}
+	it := jsonedit.Elements(r.text)
+	for i := 0; ; i++ {
+		el, more := it.Next()
+		if !more {
+			return
+		}
+		m, err := r.p.ParseBytes(r.text[el.ValueStart:el.ValueEnd])
+		if err != nil {
+			continue // not when check passed: a parse fails only on nesting, which the copy leaves whole
+		}
+		fn(i, m)
+	}
+}
+
+// check checks the messages read from text as checkValue checks an array of
+// them: the first message at fault, at its index.
+func (r messageList) check() *fieldError {
+	it := jsonedit.Elements(r.text)
+	for i := 0; ; i++ {
+		el, more := it.Next()
+		if !more {
+			return nil
+		}
+		m, err := r.p.ParseBytes(r.text[el.ValueStart:el.ValueEnd])
+		if err != nil {
+			return ferr("message is nested too deeply to be read").atIndex(i)
+		}
+		if fe := checkMessage(m); fe != nil {
+			return fe.atIndex(i)
+		}
+	}
+}
+
 // scrubMessages handles the messages of a MESSAGES_SNAPSHOT (echo == false)
 // or of the RUN_STARTED input echo (echo == true): it learns which calls name
 // frontend tools and starts the calls the messages introduce, removes tool
@@ -105,11 +163,13 @@ func (s *Stream) introduces(id []byte) bool {
 // of the messages the consumer gets as verifyEvents does (a snapshot
 // authoritatively, the echo only for ids nothing claimed).
 func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
-	var msgs []*fastjson.Value
-	if echo {
-		msgs = e.v.GetArray("input", "messages")
-	} else {
-		msgs = e.v.GetArray("messages")
+	msgs := s.replayedMessages()
+	if msgs.text == nil {
+		if echo {
+			msgs.tree = e.v.GetArray("input", "messages")
+		} else {
+			msgs.tree = e.v.GetArray("messages")
+		}
 	}
 	s.learnCalls(msgs)
 	drops := s.screenAnswers(msgs, echo, b)
@@ -121,13 +181,13 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 		s.editMessages(e, drops, adds, echo)
 	}
 	authoritative := !echo
-	for i, m := range msgs {
+	msgs.each(func(i int, m *fastjson.Value) {
 		if len(drops) > 0 && drops[0] == i {
 			drops = drops[1:]
-			continue
+			return
 		}
 		s.seedOwner(m, authoritative)
-	}
+	})
 	for _, a := range adds {
 		if _, ok := s.run.msgs[a.msgID]; !ok || authoritative {
 			if !ok {
@@ -144,10 +204,10 @@ func (s *Stream) scrubMessages(e *ev, b *Batch, echo bool) {
 
 // learnCalls reads the calls of the messages' assistant messages: which name
 // frontend tools, and which the messages introduce (started by this run).
-func (s *Stream) learnCalls(msgs []*fastjson.Value) {
-	for _, m := range msgs {
+func (s *Stream) learnCalls(msgs messageList) {
+	msgs.each(func(_ int, m *fastjson.Value) {
 		if string(m.GetStringBytes("role")) != "assistant" {
-			continue
+			return
 		}
 		for _, tc := range m.GetArray("toolCalls") {
 			id, name := tc.GetStringBytes("id"), tc.GetStringBytes("function", "name")
@@ -165,17 +225,17 @@ func (s *Stream) learnCalls(msgs []*fastjson.Value) {
 				s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), nil)
 			}
 		}
-	}
+	})
 }
 
 // screenAnswers reads the messages' tool messages: it returns the indexes of
 // those to remove, answers to a frontend call that are not the
 // application's own (noted; none in monitor mode), and records the others
 // as answers — the answer of a call replayed messages introduced.
-func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (drops []int) {
-	for i, m := range msgs {
+func (s *Stream) screenAnswers(msgs messageList, echo bool, b *Batch) (drops []int) {
+	msgs.each(func(i int, m *fastjson.Value) {
 		if string(m.GetStringBytes("role")) != "tool" {
-			continue
+			return
 		}
 		id, mid := m.GetStringBytes("toolCallId"), m.GetStringBytes("id")
 		if s.isFrontendCall(id) {
@@ -191,7 +251,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 						" removed: it is not the application's own answer, and a producer MUST NOT fabricate one"})
 				if !s.opts.Monitor {
 					drops = append(drops, i)
-					continue
+					return
 				}
 			}
 		}
@@ -218,7 +278,7 @@ func (s *Stream) screenAnswers(msgs []*fastjson.Value, echo bool, b *Batch) (dro
 				s.addAnswer(c.id, c.name, s.in.isFrontendName(c.name), m.Get("content"))
 			}
 		}
-	}
+	})
 	return drops
 }
 
@@ -234,23 +294,28 @@ type insertion struct {
 // carry and that the messages (without drops) lack: each goes after the
 // assistant message carrying the call and the tool messages that follow it,
 // where the official client put it when it applied the TOOL_CALL_RESULT.
-func (s *Stream) restoreDeclines(msgs []*fastjson.Value, drops []int) []insertion {
+func (s *Stream) restoreDeclines(msgs messageList, drops []int) []insertion {
 	held := map[string]bool{}
-	for i, m := range msgs {
+	msgs.each(func(i int, m *fastjson.Value) {
 		if len(drops) > 0 && drops[0] == i {
 			drops = drops[1:]
-			continue
+			return
 		}
 		held[string(m.GetStringBytes("id"))] = true
-	}
+	})
 	var adds []insertion
-	for i, m := range msgs {
-		if string(m.GetStringBytes("role")) != "assistant" {
-			continue
+	open := 0 // adds[open:] came from the last message that was not a tool message
+	msgs.each(func(i int, m *fastjson.Value) {
+		role := string(m.GetStringBytes("role"))
+		if role == "tool" {
+			for j := open; j < len(adds); j++ {
+				adds[j].after = i
+			}
+			return
 		}
-		after := i
-		for after+1 < len(msgs) && string(msgs[after+1].GetStringBytes("role")) == "tool" {
-			after++
+		open = len(adds)
+		if role != "assistant" {
+			return
 		}
 		for _, tc := range m.GetArray("toolCalls") {
 			d, ok := s.declined[string(tc.GetStringBytes("id"))]
@@ -258,9 +323,9 @@ func (s *Stream) restoreDeclines(msgs []*fastjson.Value, drops []int) []insertio
 				continue
 			}
 			held[d.msgID] = true
-			adds = append(adds, insertion{after: after, js: d.js, msgID: d.msgID, own: messageOwner(m)})
+			adds = append(adds, insertion{after: i, js: d.js, msgID: d.msgID, own: messageOwner(m)})
 		}
-	}
+	})
 	return adds
 }
 

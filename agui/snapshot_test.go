@@ -194,6 +194,8 @@ func TestSnapshotCallAnsweredBySnapshot(t *testing.T) {
 func TestSnapshotCallVerdicts(t *testing.T) {
 	asstC := `{"id":"m1","role":"assistant","toolCalls":[{"id":"c1","type":"function","function":{"name":"confirm","arguments":"{}"}}]}`
 	asstS := `{"id":"m1","role":"assistant","toolCalls":[{"id":"s1","type":"function","function":{"name":"shell","arguments":"{}"}}]}`
+	asstCK := `{"id":"m1","role":"assistant","toolCalls":[{"id":"c1","type":"function","function":{"name":"confirm","arguments":"{}"}},{"id":"k1","type":"function","function":{"name":"lookup","arguments":"{}"}}]}`
+	toolK1 := `{"id":"tk1","role":"tool","toolCallId":"k1","content":"found"}`
 	denied := `{"type":"CUSTOM","name":"aguard.tool_call_denied","value":{"toolCallId":"c1","toolCallName":"confirm","reason":"rule for confirm","decisionId":"d-c1"}}`
 	declined := `{"type":"TOOL_CALL_RESULT","messageId":"aguard-declined-c1","toolCallId":"c1","role":"tool","content":"Declined by policy: rule for confirm"}`
 	declinedMsg := `{"id":"aguard-declined-c1","role":"tool","toolCallId":"c1","content":"Declined by policy: rule for confirm"}`
@@ -208,6 +210,12 @@ func TestSnapshotCallVerdicts(t *testing.T) {
 		events:   []string{runStarted, snapshot(msgUser, asstC), snapshot(msgUser, asstC, msgDone), runFinished},
 		want: []string{runStarted, snapshot(msgUser, asstC), denied, declined,
 			snapshot(msgUser, asstC, declinedMsg, msgDone), runFinished},
+	}, {
+		name:     "frontend call denied beside an agent-side call: kept after the tool messages that follow its message",
+		verdicts: map[string]string{"confirm": ActionDeny},
+		events:   []string{runStarted, snapshot(msgUser, asstCK), snapshot(msgUser, asstCK, toolK1, msgDone), runFinished},
+		want: []string{runStarted, snapshot(msgUser, asstCK), denied, declined,
+			snapshot(msgUser, asstCK, toolK1, declinedMsg, msgDone), runFinished},
 	}, {
 		name:     "frontend call requires approval: signalled after the snapshot, pending",
 		verdicts: map[string]string{"confirm": ActionRequireApproval},

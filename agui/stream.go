@@ -2,6 +2,7 @@ package agui
 
 import (
 	"context"
+	"slices"
 
 	"github.com/aguard/aguard/internal/jsonedit"
 	"github.com/valyala/fastjson"
@@ -21,6 +22,10 @@ type Stream struct {
 
 	p  fastjson.Parser
 	sc scanner
+	// mp parses the replayed messages a hollow copy left out, one at a
+	// time (msgText, the text of their array in the event; hollow.go).
+	mp      fastjson.Parser
+	msgText []byte
 
 	cbuf []byte // compacted event
 	rbuf []byte // rewritten event
@@ -155,6 +160,11 @@ func (s *Stream) feed(data []byte, b *Batch) {
 		out = s.cbuf
 	}
 	src := s.parseSource(out)
+	if treeTooLarge(src, s.msgText) {
+		s.end(b, CodeLimitExceeded, msgTreeTooLarge)
+		s.shed(len(src))
+		return
+	}
 	s.feedEvent(b, out, src)
 	// Not deferred: feedEvent's many returns would keep the compiler from
 	// open-coding the defer, and every event off the fast path would pay the
@@ -194,7 +204,7 @@ func (s *Stream) feedEvent(b *Batch, out, src []byte) {
 		return
 	}
 	b.InType = spec.typ
-	unknown, fe := checkObject(o, spec.fields)
+	unknown, fe := checkObject(o, spec.fields, s.replayedMessages())
 	if fe != nil {
 		s.malformed(b, out, spec.typ, spec.typ+" has a malformed field: "+fe.Error())
 		return
@@ -236,6 +246,11 @@ func (s *Stream) feedEvent(b *Batch, out, src []byte) {
 		// What a verdict on this call calls for follows its END.
 		s.routeEvent(b, &e)
 		e.drop = true
+	}
+	if n := len(s.run.startedNow) + 2*len(s.run.introduced) + len(s.answers); n > keptCalls {
+		// Replayed messages may start calls by the thousand: grown by
+		// appending, their events would cost five times their size.
+		b.Calls = slices.Grow(b.Calls, n)
 	}
 	for _, c := range s.run.startedNow {
 		s.markStarted(c.id)

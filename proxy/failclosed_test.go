@@ -518,15 +518,22 @@ func TestSixtyThousandToolMessagesAreCheckedInTwoRoundTrips(t *testing.T) {
 		}
 	}
 	h := newHarness(t, agent, func(o *Options) { o.State, o.MaxBody = store, 64<<20 })
+	// The calls in assistant messages of 1,000 each: one message of
+	// 60,000 would hold more JSON values than aguard parses at once
+	// (README, "Limits").
 	var msgs strings.Builder
-	msgs.WriteString(`,{"id":"a","role":"assistant","toolCalls":[`)
 	for i, id := range ids {
-		if i > 0 {
+		switch {
+		case i%1000 == 0:
+			msgs.WriteString(`,{"id":"a` + fmt.Sprint(i) + `","role":"assistant","toolCalls":[`)
+		default:
 			msgs.WriteByte(',')
 		}
 		msgs.WriteString(`{"id":"` + id + `","type":"function","function":{"name":"confirm_order","arguments":"{}"}}`)
+		if i%1000 == 999 || i == len(ids)-1 {
+			msgs.WriteString(`]}`)
+		}
 	}
-	msgs.WriteString(`]}`)
 	for _, id := range ids {
 		msgs.WriteString(`,{"id":"t-` + id + `","role":"tool","toolCallId":"` + id + `","content":"ok"}`)
 	}
