@@ -210,6 +210,18 @@ func nesting(v []byte) int {
 	return deepest
 }
 
+// eachElement calls fn with each element of the compact JSON array arr and
+// its index, until fn returns false.
+func eachElement(arr []byte, fn func(i int, el []byte) bool) {
+	it := jsonedit.Elements(arr)
+	for i := 0; ; i++ {
+		el, more := it.Next()
+		if !more || !fn(i, arr[el.ValueStart:el.ValueEnd]) {
+			return
+		}
+	}
+}
+
 // eachMember calls fn with each member of the compact object at obj[at:]:
 // the key (without quotes) and where its value starts and ends in obj. It
 // reports false, having called fn for none or some, when a key holds an
@@ -252,16 +264,12 @@ func treeTooLarge(src, msgText []byte) bool {
 	if len(msgText) < 2*maxTreeValues {
 		return false
 	}
-	it := jsonedit.Elements(msgText)
-	for {
-		el, more := it.Next()
-		if !more {
-			return false
-		}
-		if m := msgText[el.ValueStart:el.ValueEnd]; len(m) >= 2*maxTreeValues && treeValues(m) > maxTreeValues {
-			return true
-		}
-	}
+	over := false
+	eachElement(msgText, func(_ int, m []byte) bool {
+		over = len(m) >= 2*maxTreeValues && treeValues(m) > maxTreeValues
+		return !over
+	})
+	return over
 }
 
 // treeValues counts the values in the compact, valid JSON text v: the

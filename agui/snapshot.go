@@ -122,37 +122,29 @@ func (r messageList) each(fn func(i int, m *fastjson.Value)) {
 		}
 		return
 	}
-	it := jsonedit.Elements(r.text)
-	for i := 0; ; i++ {
-		el, more := it.Next()
-		if !more {
-			return
+	eachElement(r.text, func(i int, el []byte) bool {
+		// A parse fails only on nesting, which the hollow copy leaves
+		// whole: not once check has passed.
+		if m, err := r.p.ParseBytes(el); err == nil {
+			fn(i, m)
 		}
-		m, err := r.p.ParseBytes(r.text[el.ValueStart:el.ValueEnd])
-		if err != nil {
-			continue // not when check passed: a parse fails only on nesting, which the copy leaves whole
-		}
-		fn(i, m)
-	}
+		return true
+	})
 }
 
 // check checks the messages read from text as checkValue checks an array of
 // them: the first message at fault, at its index.
-func (r messageList) check() *fieldError {
-	it := jsonedit.Elements(r.text)
-	for i := 0; ; i++ {
-		el, more := it.Next()
-		if !more {
-			return nil
-		}
-		m, err := r.p.ParseBytes(r.text[el.ValueStart:el.ValueEnd])
+func (r messageList) check() (fe *fieldError) {
+	eachElement(r.text, func(i int, el []byte) bool {
+		m, err := r.p.ParseBytes(el)
 		if err != nil {
-			return ferr("message is nested too deeply to be read").atIndex(i)
+			fe = ferr("message is nested too deeply to be read").atIndex(i)
+		} else if fe = checkMessage(m); fe != nil {
+			fe = fe.atIndex(i)
 		}
-		if fe := checkMessage(m); fe != nil {
-			return fe.atIndex(i)
-		}
-	}
+		return fe == nil
+	})
+	return fe
 }
 
 // scrubMessages handles the messages of a MESSAGES_SNAPSHOT (echo == false)
