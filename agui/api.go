@@ -37,7 +37,8 @@ type Event struct {
 // rewritten pending list. The proxy logs and counts notes; they never reach the
 // consumer by themselves.
 type Note struct {
-	// Kind is a short stable identifier: "violation", "fabricated_result",
+	// Kind is a short stable identifier: "violation", "limit_exceeded" (a
+	// bound of the stream reached: it ends with AGUARD_LIMIT_EXCEEDED), "fabricated_result",
 	// "pending_rewritten", "interrupt_frontend", "forged_signal" (an agent's
 	// CUSTOM aguard.* dropped, Rule "reserved_custom_name", or its RUN_ERROR
 	// code AGUARD_* renamed AGENT_AGUARD_*, Rule "reserved_error_code"), …

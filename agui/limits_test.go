@@ -160,6 +160,19 @@ func endsByTheLimit(t *testing.T, ev func(i int) []byte, max int) {
 	if last := b.Out[len(b.Out)-1].JSON; !strings.Contains(string(last), `"code":"AGUARD_LIMIT_EXCEEDED"`) {
 		t.Fatalf("ended after %d events, not by the limit: %s", n, last)
 	}
+	wantLimitNote(t, &b)
+}
+
+// wantLimitNote fails unless b notes the bound that ended the stream, for
+// the operator's log and metric.
+func wantLimitNote(t *testing.T, b *Batch) {
+	t.Helper()
+	for _, n := range b.Notes {
+		if n.Kind == "limit_exceeded" && n.Message != "" {
+			return
+		}
+	}
+	t.Fatalf("no limit_exceeded note: %+v", b.Notes)
 }
 
 // TestReplayedMessagesAreReadOneAtATime: a large MESSAGES_SNAPSHOT is
@@ -224,6 +237,7 @@ func TestParseTreeIsBounded(t *testing.T) {
 			if allocated > int64(len(tt.event)) {
 				t.Fatalf("refusing a %d-byte event allocated %d bytes", len(tt.event), allocated)
 			}
+			wantLimitNote(t, &b)
 		})
 	}
 	for _, tt := range []struct {

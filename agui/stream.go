@@ -386,8 +386,13 @@ func (s *Stream) fatal(b *Batch, vi *violation) bool {
 }
 
 // end emits aguard's own RUN_ERROR (unless the last run already ended with
-// one, after which only RUN_STARTED is legal) and marks the stream done.
+// one, after which only RUN_STARTED is legal) and marks the stream done. A
+// bound reached is noted too ("limit_exceeded"), for the operator: the
+// agent, not the consumer, is usually the one to look at.
 func (s *Stream) end(b *Batch, code, message string) {
+	if code == CodeLimitExceeded {
+		b.Notes = append(b.Notes, Note{Kind: "limit_exceeded", Message: message})
+	}
 	// Calls still held are never judged: the consumer never sees them.
 	// What waited behind them goes out first.
 	s.abandon(b)

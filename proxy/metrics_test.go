@@ -3,12 +3,14 @@ package proxy
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aguard/aguard/internal/await"
+	"github.com/aguard/aguard/internal/syncbuf"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -96,5 +98,33 @@ func TestStreamCountsReachTheCountersInSilence(t *testing.T) {
 	defer resp.Body.Close()
 	await.Within(t, 5*time.Second, "3 content events counted", func() bool {
 		return value(t, h.p.m.eventsIn["TEXT_MESSAGE_CONTENT"]) == 3 && value(t, h.p.m.eventsOut["TEXT_MESSAGE_CONTENT"]) == 3
+	})
+}
+
+// TestABoundReachedIsNotedCountedAndLogged: an agent whose event holds more
+// JSON values than aguard parses at once (a STATE_DELTA of 40,000 empty
+// patch operations) gets its stream ended with AGUARD_LIMIT_EXCEEDED, and
+// the operator sees why: a limit_exceeded note in the metrics and a warning
+// in the log.
+func TestABoundReachedIsNotedCountedAndLogged(t *testing.T) {
+	delta := `{"type":"STATE_DELTA","delta":[` + strings.Repeat(`{"op":"add","path":"/a","value":0},`, 40_000) + `{"op":"add","path":"/a","value":0}]}`
+	body := frame(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`) + frame(delta) + frame(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`)
+	reg := prometheus.NewRegistry()
+	logs := &syncbuf.Buffer{}
+	h := newHarness(t, sseAgent(body), func(o *Options) {
+		o.Metrics = NewMetrics(reg)
+		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+	})
+	resp := h.post(t, context.Background(), "/agent", runInput("t", "r"))
+	got := readAll(t, resp.Body)
+	resp.Body.Close()
+	if len(got) != 2 || !strings.Contains(got[1], `"code":"AGUARD_LIMIT_EXCEEDED"`) {
+		t.Fatalf("the consumer got %q", got)
+	}
+	if n := value(t, h.p.m.notes.WithLabelValues("limit_exceeded")); n != 1 {
+		t.Fatalf("aguard_stream_notes_total{kind=\"limit_exceeded\"} = %v, want 1", n)
+	}
+	await.Within(t, 5*time.Second, "the warning", func() bool {
+		return strings.Contains(logs.String(), `"level":"WARN"`) && strings.Contains(logs.String(), `"kind":"limit_exceeded"`)
 	})
 }

@@ -716,7 +716,7 @@ func (s *stream) note(notes []agui.Note) {
 	for _, n := range notes {
 		s.p.m.notes.WithLabelValues(n.Kind).Inc()
 		level := slog.LevelInfo
-		if n.Kind == "violation" || n.Kind == "interrupt_frontend" {
+		if n.Kind == "violation" || n.Kind == "interrupt_frontend" || n.Kind == "limit_exceeded" {
 			level = slog.LevelWarn
 		}
 		s.log.Log(s.ctx, level, msgNote, "kind", n.Kind, "rule", n.Rule, "id", n.ID, "message", n.Message)
