@@ -316,7 +316,8 @@ func expected(what string, v *fastjson.Value) *fieldError {
 const maxSafeInt = 1<<53 - 1
 
 // checkValue checks one value against its field description. msgs are the
-// replayed messages a hollow copy left out, read in their place (hollow.go).
+// messages of a history a hollow copy left out, read in their place
+// (hollow.go).
 func checkValue(v *fastjson.Value, fd *field, msgs messageList) *fieldError {
 	t := v.Type()
 	if t == fastjson.TypeNull {

@@ -97,10 +97,11 @@ func (s *Stream) introduces(id []byte) bool {
 	return !known
 }
 
-// messageList is the messages of a MESSAGES_SNAPSHOT or of a RUN_STARTED
-// input echo: the array of the event's tree, or, when the event's hollow
-// copy left them out (hollow.go), the array's text, each message parsed
-// when it is read, into a tree the next one reuses.
+// messageList is the messages of a history (a MESSAGES_SNAPSHOT's, a
+// RUN_STARTED input echo's, a RunAgentInput's): the array of the parse
+// tree, or, when the hollow copy left them out (hollow.go), the array's
+// text, each message parsed when it is read, into a tree the next one
+// reuses.
 type messageList struct {
 	tree []*fastjson.Value
 	text []byte
