@@ -1,6 +1,7 @@
 package agui
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fastjson"
@@ -245,13 +246,17 @@ func eachMember(obj []byte, at int, fn func(key []byte, vs, ve int)) bool {
 // maxTreeValues bounds the JSON values of one parse tree: of an event (its
 // hollow copy), or of one of the replayed messages read one at a time. A
 // tree costs up to about 400 bytes a value (fastjson's value slice, grown
-// by appending), so the bound keeps one event's tree under about 50 MiB
-// whatever its size: an agent's 16 MiB STATE_DELTA of empty patch
+// by appending), so the bound keeps one event's tree under about 60 MiB
+// (measured by TestParseTreeIsBounded) whatever its size: an agent's 16 MiB STATE_DELTA of empty patch
 // operations would otherwise take a gigabyte.
 const maxTreeValues = 1 << 17
 
-// msgTreeTooLarge is the RUN_ERROR message of an event past maxTreeValues.
-const msgTreeTooLarge = "an event held more than 131072 JSON values to check at once (in one replayed message, for messages)"
+// msgTreeTooLarge is the RUN_ERROR message of an event past maxTreeValues,
+// and msgInputTreeTooLarge the reason a RunAgentInput past it is refused.
+var (
+	msgTreeTooLarge      = "an event held more than " + strconv.Itoa(maxTreeValues) + " JSON values to check at once (in one replayed message, for messages)"
+	msgInputTreeTooLarge = "holds more JSON values to check at once than aguard reads (" + strconv.Itoa(maxTreeValues) + "; in one message, for messages)"
+)
 
 // treeTooLarge reports whether parsing src, or one of the messages in the
 // array msgText (nil when none), would build a tree of more than

@@ -106,7 +106,7 @@ func ParseRunInput(body []byte) (*RunInput, error) {
 		}
 		src, msgs.text = hollowInput(body)
 		if treeTooLarge(src, msgs.text) {
-			return nil, &InputError{Reason: "holds more JSON values to check at once than aguard reads (131072; in one message, for messages)"}
+			return nil, &InputError{Reason: msgInputTreeTooLarge}
 		}
 		if msgs.text != nil {
 			msgs.p = inputParsers.Get()
