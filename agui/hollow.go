@@ -2,7 +2,6 @@ package agui
 
 import (
 	"strconv"
-	"strings"
 
 	"github.com/valyala/fastjson"
 
@@ -263,7 +262,7 @@ var (
 // maxTreeValues values. A value takes at least two bytes of compact JSON
 // with its separator: a shorter text is not read.
 func treeTooLarge(src, msgText []byte) bool {
-	if len(src) >= 2*maxTreeValues && treeValues(src) > maxTreeValues {
+	if len(src) >= 2*maxTreeValues && jsonedit.Values(src) > maxTreeValues {
 		return true
 	}
 	if len(msgText) < 2*maxTreeValues {
@@ -271,35 +270,8 @@ func treeTooLarge(src, msgText []byte) bool {
 	}
 	over := false
 	eachElement(msgText, func(_ int, m []byte) bool {
-		over = len(m) >= 2*maxTreeValues && treeValues(m) > maxTreeValues
+		over = len(m) >= 2*maxTreeValues && jsonedit.Values(m) > maxTreeValues
 		return !over
 	})
 	return over
-}
-
-// treeValues counts the values in the compact, valid JSON text v: the
-// nodes of its parse tree (object keys are not values).
-func treeValues(v []byte) int {
-	n := 0
-	for i := 0; i < len(v); i++ {
-		switch c := v[i]; {
-		case c == '"':
-			e := jsonedit.StringEnd(v, i)
-			if e < 0 {
-				return n
-			}
-			if e == len(v) || v[e] != ':' {
-				n++
-			}
-			i = e - 1
-		case c == '{' || c == '[' || c == 't' || c == 'f' || c == 'n':
-			n++ // true, false and null: their other letters match no case
-		case c == '-' || (c >= '0' && c <= '9'):
-			n++
-			for i+1 < len(v) && strings.IndexByte("0123456789.eE+-", v[i+1]) >= 0 {
-				i++
-			}
-		}
-	}
-	return n
 }

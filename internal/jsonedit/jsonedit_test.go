@@ -3,6 +3,7 @@ package jsonedit
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"maps"
 	"testing"
 	"unicode/utf8"
@@ -95,13 +96,13 @@ func TestAppendStringEscapesUntrustedBytes(t *testing.T) {
 }
 
 // FuzzEdit checks the editor against encoding/json as the oracle, on any
-// valid JSON text: Member finds what a map decode keeps, Elements walks what
+// valid JSON text: Values counts the values its tokenizer reads, Member finds what a map decode keeps, Elements walks what
 // a slice decode holds, Set yields valid JSON whose decode has the new value
 // and every other member unchanged, and dropping elements with the Splicer
 // yields the array without them. On any other input nothing panics.
 func FuzzEdit(f *testing.F) {
 	for _, s := range []string{
-		`{"a":1,"b":[1,2,{"c":"d"}],"a":"x"}`,
+		`{"a":1,"b":[1,2,{"c":"d"}],"a":"x"}`, `{"a" : {"a":[]}, "a":-0.5E-2}`,
 		` { "k" : "v" , "\u006b" : null } `,
 		`[1, "two", {"three":3}, [4], true, null]`,
 		`{}`, `[]`, `{"k":{}}`, `{"a":"\"}"}`, `"k"`, `{"k":1,}`, `{"k`,
@@ -117,8 +118,12 @@ func FuzzEdit(f *testing.F) {
 				break
 			}
 		}
+		Values(data)
 		if !json.Valid(data) || !utf8.Valid(data) || !utf8.ValidString(key) {
 			return
+		}
+		if got, want := Values(data), tokenValues(t, data); got != want {
+			t.Fatalf("Values(%s) = %d; encoding/json reads %d", data, got, want)
 		}
 		switch data[SkipSpace(data, 0)] {
 		case '{':
@@ -235,6 +240,66 @@ func checkArray(t *testing.T, data []byte, arr []json.RawMessage, mask uint16) {
 	for j := range got {
 		if compact(t, got[j]) != kept[j] {
 			t.Fatalf("dropping %016b from %s = %s; element %d is %s, want %s", mask, data, out, j, got[j], kept[j])
+		}
+	}
+}
+
+// TestValuesCountsTheNodesOfTheTree pins Values against the values a parser
+// builds: containers and scalars, not keys, whatever the whitespace.
+func TestValuesCountsTheNodesOfTheTree(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+	}{
+		{`0`, 1},
+		{`[]`, 1},
+		{`[0,0,0]`, 4},
+		{`{"a":0}`, 2},
+		{`{ "a" : "b:" , "c" :[ true,false , null,-1.5e+3 ] }`, 7},
+		{`["a\"b","c:",{"d\\":{}}]`, 5},
+		{"\t{\n\"k\"\r:\n[[[]]]}", 4},
+	} {
+		if got := Values([]byte(tc.in)); got != tc.want {
+			t.Errorf("Values(%s) = %d, want %d", tc.in, got, tc.want)
+		}
+		if n := tokenValues(t, []byte(tc.in)); n != tc.want {
+			t.Errorf("encoding/json reads %d values in %s, the case says %d", n, tc.in, tc.want)
+		}
+	}
+}
+
+// tokenValues counts the values encoding/json's tokenizer reads in the
+// valid JSON text data: every token but object keys and closing
+// delimiters. Duplicate keys count, as in a parse tree.
+func tokenValues(t *testing.T, data []byte) int {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var inObj, wantKey []bool // per open container
+	n := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return n
+		}
+		if err != nil {
+			t.Fatalf("tokens of %s: %v", data, err)
+		}
+		top := len(inObj) - 1
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			inObj, wantKey = inObj[:top], wantKey[:top]
+			continue
+		}
+		if top >= 0 && wantKey[top] {
+			wantKey[top] = false // a key
+			continue
+		}
+		n++
+		if top >= 0 && inObj[top] {
+			wantKey[top] = true
+		}
+		if d, ok := tok.(json.Delim); ok {
+			inObj, wantKey = append(inObj, d == '{'), append(wantKey, d == '{')
 		}
 	}
 }
