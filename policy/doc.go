@@ -23,8 +23,10 @@
 // (Options.OPAConfig) the policy comes from bundles run by OPA's plugin
 // manager, which also sends every decision to OPA's decision log under its
 // DecisionID and reports status. ValidateArguments checks a call's arguments
-// against its tool's parameters JSON Schema, and RunTests runs a policy's
-// Rego unit tests as `opa test` does.
+// against its tool's parameters JSON Schema; Reserve makes large arguments
+// take turns for that check and the decision, whose memory grows with the
+// JSON values they hold. RunTests runs a policy's Rego unit tests as
+// `opa test` does.
 //
 // The package does not read the event stream, emit events, keep the tool-call
 // ledger or wait for approvals: the proxy calls Decide as a call starts, at

@@ -22,6 +22,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/topdown/print"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 )
 
 // Phases: when a call is put to the policy (Input.Phase).
@@ -139,6 +140,9 @@ type Engine struct {
 	logArgs bool
 	schemas *schemaCache
 	met     *metrics
+	// inspecting holds the JSON values of the arguments being inspected
+	// (Reserve); nil in an Engine not made by New, which does not bound them.
+	inspecting *semaphore.Weighted
 
 	current atomic.Pointer[prepared]
 	// opa runs OPA's plugin manager when the policy comes from bundles; nil
@@ -200,6 +204,8 @@ func New(ctx context.Context, opt Options) (*Engine, error) {
 		log:     opt.Logger,
 		logArgs: opt.LogArguments,
 		schemas: newSchemaCache(schemaCacheSize),
+
+		inspecting: semaphore.NewWeighted(MaxInspectedValues),
 	}
 	if e.timeout == 0 {
 		e.timeout = defaultTimeout

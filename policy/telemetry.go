@@ -19,6 +19,9 @@ type metrics struct {
 	// decision.
 	decisions map[string]map[string]prometheus.Counter
 	seconds   prometheus.Histogram
+	// queued counts the calls waiting for their turn to be inspected
+	// (Engine.Reserve).
+	queued prometheus.Gauge
 }
 
 // phaseActions are the actions a decision can carry at each phase.
@@ -40,6 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to make one policy decision: building the input, evaluating the policy, reading its output.",
 			Buckets: []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25},
 		}),
+		queued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "aguard_policy_inspections_waiting",
+			Help: "Tool calls whose large arguments wait for their turn to be inspected: the JSON values inspected at once are bounded process-wide.",
+		}),
 	}
 	for phase, actions := range phaseActions {
 		m.decisions[phase] = map[string]prometheus.Counter{}
@@ -48,7 +55,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		if err := promreg.All(reg, vec, m.seconds); err != nil {
+		if err := promreg.All(reg, vec, m.seconds, m.queued); err != nil {
 			return nil, fmt.Errorf("policy: register metrics: %w", err)
 		}
 	}
@@ -69,6 +76,14 @@ func (m *metrics) observe(in *Input, d *Decision, took time.Duration) {
 	}
 	if c, ok := m.decisions[in.Phase][d.Action]; ok {
 		c.Inc()
+	}
+}
+
+// waiting adds d to the calls waiting to be inspected; a nil m counts
+// nothing.
+func (m *metrics) waiting(d float64) {
+	if m != nil {
+		m.queued.Add(d)
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 //
 // Arguments the decider cannot read whole (over the 1 MiB the Stream keeps)
 // are denied without asking the policy: a call aguard cannot inspect is one it
-// cannot vouch for.
+// cannot vouch for. Large arguments wait for their turn to be inspected
+// (policy.Engine.Reserve), so that the memory the inspections of every
+// stream take at once stays bounded.
 type decider struct {
 	engine          *policy.Engine
 	in              *agui.RunInput
@@ -109,6 +111,14 @@ func (d *decider) Decide(ctx context.Context, c *agui.Call) agui.Verdict {
 			in.Schema = d.engine.ValidateArguments(tool.Parameters, in.Call.Arguments)
 		}
 	case json.Valid(c.Arguments):
+		// Large arguments take turns: what inspecting them costs grows with
+		// the JSON values they hold (policy.Engine.Reserve).
+		release, err := d.engine.Reserve(ctx, c.Arguments)
+		if err != nil {
+			return agui.Verdict{Action: agui.ActionDeny, DecisionID: "uninspected-" + c.ID,
+				Reason: "the run ended while the arguments waited to be inspected"}
+		}
+		defer release()
 		in.Call.Arguments = json.RawMessage(c.Arguments)
 		if advertised {
 			in.Schema = d.engine.ValidateArguments(tool.Parameters, c.Arguments)
