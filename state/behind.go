@@ -129,6 +129,9 @@ func (s *Store) await(ctx context.Context, w *waiter, what string) error {
 			if w.dropped {
 				return fmt.Errorf("state: sync write of %s: dropped from the full redis queue", what)
 			}
+			if w.superseded {
+				return fmt.Errorf("state: sync write of %s: not applied to a record another replica changed while this one was cut off from redis", what)
+			}
 			return nil
 		default:
 		}

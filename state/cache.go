@@ -13,6 +13,10 @@ type callEntry struct {
 	// absent from Redis, and began before that write was queued, saw the
 	// write in flight, not a loss (see queuedAt).
 	wseq uint64
+	// base, for a local write (ver 0), is the version Redis held when this
+	// replica last knew it (the previous entry's ver, or its base), -1 when
+	// unknown: what the write was made from (item.base).
+	base int64
 }
 
 // threadEntry is a thread in memory.
@@ -100,6 +104,21 @@ func (s *Store) cacheCallLocked(c *ToolCall, ver int64, seq, epoch uint64, own b
 	s.placeCallLocked(&callEntry{call: c, ver: ver, epoch: epoch, fresh: fresh}, own)
 }
 
+// knownVersionLocked returns the version of r that Redis held when this
+// replica last knew it: its memory entry's, or the version the entry's local
+// write was made from; -1 when memory has no entry (never read, or
+// evicted). cacheMu is held.
+func (s *Store) knownVersionLocked(r Ref) int64 {
+	e, ok := s.peekCallLocked(r)
+	switch {
+	case !ok:
+		return -1
+	case e.ver > 0:
+		return e.ver
+	}
+	return e.base
+}
+
 // cacheQueued puts an item this process has just queued into memory, as a
 // local write stamped with its queue sequence.
 func (s *Store) cacheQueued(it *item) {
@@ -152,6 +171,9 @@ func (s *Store) trimLocked() {
 // in the LRU; and removes it from the other. cacheMu is held.
 func (s *Store) placeCallLocked(e *callEntry, own bool) {
 	r := RefOf(e.call)
+	if e.ver == 0 {
+		e.base = s.knownVersionLocked(r)
+	}
 	_, protected := s.prot.calls[r]
 	if e.call.protects() && (own || protected) && s.protectCallLocked(e, s.keepUntil(e.call)) {
 		s.calls.Remove(r)
@@ -287,12 +309,12 @@ func (s *Store) invalidateLocked(inv invalidation) {
 	if p, ok := s.prot.calls[r]; ok && p.e != nil && p.e.ver < inv.ver {
 		s.markStaleLocked(r)
 		if p.e.fresh {
-			p.e = &callEntry{call: p.e.call, ver: p.e.ver, epoch: p.e.epoch, wseq: p.e.wseq}
+			p.e = &callEntry{call: p.e.call, ver: p.e.ver, epoch: p.e.epoch, wseq: p.e.wseq, base: p.e.base}
 		}
 		return
 	}
 	if e, ok := s.calls.Peek(r); ok && e.fresh && e.ver < inv.ver {
-		s.lruAddCallLocked(r, &callEntry{call: e.call, ver: e.ver, epoch: e.epoch, wseq: e.wseq})
+		s.lruAddCallLocked(r, &callEntry{call: e.call, ver: e.ver, epoch: e.epoch, wseq: e.wseq, base: e.base})
 	}
 }
 

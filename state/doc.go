@@ -39,7 +39,8 @@
 // Redis Cluster keeps a thread in one slot:
 //
 //	aguard:{<thread>}:call:<callId>  HASH   v: version, d: the record as JSON (camelCase, as the
-//	                                        admin API serves it), s: status, r: "1" while restored
+//	                                        admin API serves it), s: status, o: the replica that
+//	                                        wrote it, r: "1" while restored
 //	aguard:{<thread>}:thread         HASH   v: version, d: the Thread as JSON
 //	aguard:{<thread>}:calls          ZSET   the thread's call ids, scored by expiry (Unix ms)
 //

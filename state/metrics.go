@@ -16,6 +16,10 @@ const (
 	writeMemory   = "memory"   // stored in memory only (no Redis configured)
 	writeConflict = "conflict" // a compare-and-set lost to another writer and was retried
 	writeInvalid  = "invalid"  // refused: invalid input
+	// writeSuperseded: a queued write not applied, because Redis no longer
+	// held the version it was made from: another replica changed the record
+	// while this one could not reach Redis (Store.supersede).
+	writeSuperseded = "superseded"
 )
 
 // metrics are a Store's Prometheus collectors.
@@ -157,7 +161,7 @@ func newMetrics(reg prometheus.Registerer, pending func() float64) (*metrics, er
 	for _, o := range []string{outcomeApproved, outcomeRejected, outcomeTimedOut} {
 		m.approvalWait.WithLabelValues(o)
 	}
-	for _, r := range []string{writeRedis, writeQueued, writeDrained, writeMemory, writeConflict, writeInvalid} {
+	for _, r := range []string{writeRedis, writeQueued, writeDrained, writeMemory, writeConflict, writeInvalid, writeSuperseded} {
 		m.writes.WithLabelValues(r)
 	}
 	for _, c := range []lossCause{causeMarker, causeRestart, causeEviction, causeMissing} {

@@ -6,10 +6,17 @@ import "container/list"
 // change of this replica's runs registry (run). Exactly one of the three is
 // set. Items are snapshots the Store owns and never modifies.
 type item struct {
-	call    *ToolCall
-	thread  *Thread
-	run     *runOp
-	seq     uint64    // enqueue order; a newer write of the same key gets a new one
+	call   *ToolCall
+	thread *Thread
+	run    *runOp
+	seq    uint64 // enqueue order; a newer write of the same key gets a new one
+	// base is, for a record, the version Redis held when this replica last
+	// knew it, the one the write was made from (0: absent): the drain
+	// writes the record only if Redis still holds that version, so that a
+	// write queued while this replica was cut off does not undo what
+	// another replica did meanwhile. -1 when unknown: written whatever
+	// Redis holds. Set by enqueue.
+	base    int64
 	waiters []*waiter // RecordSync and PutCallsSync calls waiting for this key to reach Redis
 	notices []notice  // Tell's notices waiting for this key to reach Redis (tell.go)
 }
@@ -58,9 +65,10 @@ func (it *item) size() int64 {
 // waiter lets RecordSync wait until each of its items has been written to
 // Redis (or dropped from a full queue).
 type waiter struct {
-	remaining int
-	dropped   bool
-	done      chan struct{}
+	remaining  int
+	dropped    bool
+	superseded bool // a record was not written: another Store changed it first
+	done       chan struct{}
 }
 
 func (w *waiter) finish(dropped bool) {
@@ -68,6 +76,13 @@ func (w *waiter) finish(dropped bool) {
 	if w.remaining--; w.remaining == 0 {
 		close(w.done)
 	}
+}
+
+// supersede finishes one item of w that was not written because another
+// Store changed its record first (Store.supersede).
+func (w *waiter) supersede() {
+	w.superseded = true
+	w.finish(false)
 }
 
 // queue holds the writes Redis has not acknowledged yet, one item per key,

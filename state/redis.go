@@ -32,7 +32,8 @@ import (
 //
 // Mode "w": if any call's expected version differs from its stored one (0
 // when absent), nothing is written and the reply is {-1, index, stored
-// version}. Otherwise each record gets a version greater than its stored one
+// version, the origin that wrote it ("" = unknown)}. Otherwise each record
+// gets its writer's origin and a version greater than its stored one
 // and than the time in ms (so that a version written after a data loss is
 // newer than any written before it), its restored flag is cleared, and the
 // reply is the new versions, then the thread's; when not inline, then a
@@ -63,9 +64,9 @@ if mode == 'w' then
   for i = 1, n do
     local exp = ARGV[B + (i-1)*S + 3]
     if exp ~= '' then
-      local cur = redis.call('HGET', KEYS[2+i], 'v')
-      cur = cur and tonumber(cur) or 0
-      if cur ~= tonumber(exp) then return {-1, i, cur} end
+      local got = redis.call('HMGET', KEYS[2+i], 'v', 'o')
+      local cur = got[1] and tonumber(got[1]) or 0
+      if cur ~= tonumber(exp) then return {-1, i, cur, got[2] or ''} end
     end
   end
 end
@@ -88,7 +89,7 @@ for i = 1, n do
     end
   else
     v = version(old[1])
-    redis.call('HSET', key, 'v', fmt(v), 'd', data, 's', st)
+    redis.call('HSET', key, 'v', fmt(v), 'd', data, 's', st, 'o', origin)
     if old[3] then redis.call('HDEL', key, 'r') end
   end
   if v then
@@ -301,6 +302,12 @@ type writeResult struct {
 	vers     []int64
 	tver     int64
 	conflict error // wraps errConflict: nothing of this threadWrite was written
+	// conflictAt is the index in calls of the record whose expected
+	// version did not match, conflictVer the version Redis holds and
+	// conflictOrigin the Store that wrote it ("" if unknown).
+	conflictAt     int
+	conflictVer    int64
+	conflictOrigin string
 }
 
 // groupWrites groups records and threads by thread, in first-seen order.
@@ -416,8 +423,13 @@ func (s *Store) runWritesAround(ctx context.Context, c redis.UniversalClient, bu
 			return nil, err
 		}
 		g := groups[i]
-		if len(res) == 3 && res[0] == int64(-1) {
-			out[i].conflict = fmt.Errorf("%w: %s is at version %d", errConflict, RefOf(g.calls[res[1].(int64)-1].call), res[2])
+		if len(res) >= 3 && res[0] == int64(-1) {
+			at := int(res[1].(int64)) - 1
+			out[i].conflict = fmt.Errorf("%w: %s is at version %d", errConflict, RefOf(g.calls[at].call), res[2])
+			out[i].conflictAt, out[i].conflictVer = at, res[2].(int64)
+			if len(res) > 3 {
+				out[i].conflictOrigin, _ = res[3].(string)
+			}
 			continue
 		}
 		if out[i], moved[i], err = decodeWriteReply(g, res, s.cluster); err != nil {

@@ -287,8 +287,8 @@ func TestRedisKeysFollowTheDocumentedLayoutAndExpire(t *testing.T) {
 	}
 	h := rc.HGetAll(ctx, "aguard:{t1}:call:c1").Val()
 	v, err := strconv.ParseInt(h["v"], 10, 64)
-	if err != nil || v < before || h["s"] != string(StatusExecuting) || !strings.HasPrefix(h["d"], `{"id":"c1"`) || len(h) != 3 {
-		t.Errorf("record hash = %v; want v (a version past the write's time in ms), s and d", h)
+	if err != nil || v < before || h["s"] != string(StatusExecuting) || !strings.HasPrefix(h["d"], `{"id":"c1"`) || h["o"] != s.origin || len(h) != 4 {
+		t.Errorf("record hash = %v; want v (a version past the write's time in ms), s, d and o (its writer)", h)
 	}
 	if m := rc.ZRange(ctx, "aguard:status:TOOL_EXECUTION_STATUS_EXECUTING", 0, -1).Val(); !slices.Equal(m, []string{`["t1","c1"]`}) {
 		t.Errorf("status index members = %q", m)

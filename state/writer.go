@@ -77,14 +77,38 @@ func (s *Store) waitUnqueued(ctx context.Context, key string) error {
 	}
 }
 
+// knownVersions returns, for each record among items, the version of it
+// that Redis held when this replica last knew it (knownVersionLocked); 0
+// for the other items.
+func (s *Store) knownVersions(items []*item) []int64 {
+	out := make([]int64, len(items))
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	for i, it := range items {
+		if it.call != nil {
+			out[i] = s.knownVersionLocked(RefOf(it.call))
+		}
+	}
+	return out
+}
+
 // enqueue queues items (attaching w to each, if set), drops what exceeds
 // the bound, and wakes the writer; at once (rushWriter) when w is set or
 // an item is urgent.
 func (s *Store) enqueue(items []*item, w *waiter) {
 	var dropped []*item
 	urgent := w != nil
+	known := s.knownVersions(items)
 	s.mu.Lock()
-	for _, it := range items {
+	for i, it := range items {
+		if it.call != nil {
+			// The version the write was made from: a queued write of the
+			// key's, kept current by ack, or what memory knew.
+			it.base = known[i]
+			if prev, ok := s.q.get(it.key()); ok {
+				it.base = prev.base
+			}
+		}
 		urgent = urgent || it.urgent()
 		if w != nil {
 			it.waiters = append(it.waiters, w)
@@ -312,9 +336,9 @@ func (s *Store) runWriter() {
 // unreachable.
 func (s *Store) drain(ctx context.Context, batch []*item) error {
 	defer s.acks.end(s.acks.begin())
-	res, err := s.writeItems(ctx, batch)
+	res, stale, err := s.writeItems(ctx, batch)
 	if err == nil {
-		s.ack(batch, res, false)
+		s.settle(ctx, batch, res, stale)
 		return nil
 	}
 	if !permanent(err) {
@@ -322,10 +346,10 @@ func (s *Store) drain(ctx context.Context, batch []*item) error {
 	}
 	for _, it := range batch {
 		one := []*item{it}
-		res, err := s.writeItems(ctx, one)
+		res, stale, err := s.writeItems(ctx, one)
 		switch {
 		case err == nil:
-			s.ack(one, res, false)
+			s.settle(ctx, one, res, stale)
 		case permanent(err):
 			s.log.Error("redis rejected a queued write; dropping it", "key", it.key(), "err", err)
 			s.ack(one, nil, true)
@@ -339,9 +363,13 @@ func (s *Store) drain(ctx context.Context, batch []*item) error {
 // writeItems writes queued items in one round trip (on a Redis Cluster, up
 // to three: see runWritesAround): the runs registered first, then one
 // atomic write per thread, then the runs withdrawn (so a run is registered
-// before any of its records is written, and withdrawn after its last). It returns the version Redis gave each record and
-// thread, in order (0 for registry changes).
-func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) {
+// before any of its records is written, and withdrawn after its last). A
+// record is written only if Redis still holds the version it was made from
+// (item.base). It returns the version Redis gave each record and thread, in
+// order (0 for registry changes; notWritten for the items of a thread whose
+// write found a record at another version, of which nothing was written),
+// and those records.
+func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, []staleWrite, error) {
 	var calls []callWrite
 	var threads []*Thread
 	var started []any
@@ -349,7 +377,7 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) 
 	for _, it := range batch {
 		switch {
 		case it.call != nil:
-			calls = append(calls, callWrite{it.call, -1})
+			calls = append(calls, callWrite{it.call, it.base})
 		case it.thread != nil:
 			threads = append(threads, it.thread)
 		case it.run.live:
@@ -372,11 +400,28 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) 
 	groups := groupWrites(calls, threads)
 	res, err := s.runWritesAround(ctx, s.rdb, 0, "w", groups, before, after)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	callVer := map[*ToolCall]int64{}
 	threadVer := map[*Thread]int64{}
+	var stale []staleWrite
+	byCall := map[*ToolCall]*item{}
+	for _, it := range batch {
+		if it.call != nil {
+			byCall[it.call] = it
+		}
+	}
 	for i, g := range groups {
+		if res[i].conflict != nil {
+			for _, c := range g.calls {
+				callVer[c.call] = notWritten
+			}
+			if g.t != nil {
+				threadVer[g.t] = notWritten
+			}
+			stale = append(stale, staleWrite{it: byCall[g.calls[res[i].conflictAt].call], ver: res[i].conflictVer, origin: res[i].conflictOrigin})
+			continue
+		}
 		for j, c := range g.calls {
 			callVer[c.call] = res[i].vers[j]
 		}
@@ -393,7 +438,89 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, error) 
 			out[i] = threadVer[it.thread]
 		}
 	}
-	return out, nil
+	return out, stale, nil
+}
+
+// notWritten is writeItems' version for an item a version conflict kept
+// from Redis.
+const notWritten = -1
+
+// staleWrite is a queued record whose write found Redis at another version
+// than the one it was made from: ver, written by origin ("" if unknown).
+type staleWrite struct {
+	it     *item
+	ver    int64
+	origin string
+}
+
+// settle takes what writeItems wrote out of the queue (ack). A record that
+// found Redis at a version its own Store wrote, or found it absent (a
+// loss), is left queued, to be written from there at the next drain; one
+// that found another Store's version is superseded. What else a conflict kept from Redis stays
+// queued for the next drain.
+func (s *Store) settle(ctx context.Context, batch []*item, vers []int64, stale []staleWrite) {
+	if len(stale) == 0 {
+		s.ack(batch, vers, false)
+		return
+	}
+	written := make([]*item, 0, len(batch))
+	wvers := make([]int64, 0, len(batch))
+	for i, it := range batch {
+		if vers[i] != notWritten {
+			written = append(written, it)
+			wvers = append(wvers, vers[i])
+		}
+	}
+	if len(written) > 0 {
+		s.ack(written, wvers, false)
+	}
+	for _, w := range stale {
+		if w.origin == s.origin || w.ver == 0 {
+			// This Store's own write got there first; or Redis holds no
+			// record, which no replica deletes: Redis lost it, and this
+			// write puts it back.
+			s.mu.Lock()
+			w.it.base = w.ver
+			s.mu.Unlock()
+			continue
+		}
+		s.supersede(ctx, w)
+	}
+}
+
+// supersede gives up the queued write w: another Store changed its record
+// after the version it was made from, so writing it would undo that change
+// (as when this replica was cut off from Redis long enough to be taken for
+// dead, and another ended its run's open calls). Redis keeps the other
+// Store's version, and memory reads it; the write is counted, logged, and
+// its RecordSync or PutCallsSync callers get an error.
+func (s *Store) supersede(ctx context.Context, w staleWrite) {
+	it := w.it
+	s.mu.Lock()
+	removed := s.q.ack(it)
+	n, bytes := s.q.len(), s.q.bytes
+	s.qlen.Store(int64(n))
+	s.broadcastLocked()
+	s.mu.Unlock()
+	if !removed {
+		return // a newer write of the record replaced it: that one goes next
+	}
+	for _, wt := range it.waiters {
+		wt.supersede()
+	}
+	s.passOn(it.notices...)
+	s.met.queueDepth.Set(float64(n))
+	s.met.queueBytes.Set(float64(bytes))
+	s.met.writes.WithLabelValues(writeSuperseded).Inc()
+	s.log.Warn("a write queued while redis was unreachable was not applied: another replica changed the record meanwhile; memory takes redis's version",
+		"thread", it.call.ThreadID, "toolCallId", it.call.ID, "status", string(it.call.Status), "from_version", it.base, "redis_version", w.ver, "written_by", w.origin)
+	r := RefOf(it.call)
+	seq, epoch := s.invalSeq.Load(), s.epoch.Load()
+	sc, err := s.readCall(ctx, r)
+	if err != nil || sc.call == nil {
+		return // read again when next asked for: the entry is a stale local write
+	}
+	s.cacheRead(sc.call, sc.ver, seq, epoch)
 }
 
 // ack removes written (or, if dropped, rejected) items from the queue,
@@ -403,14 +530,22 @@ func (s *Store) ack(batch []*item, vers []int64, dropped bool) {
 	var acked int
 	var told []notice
 	s.mu.Lock()
-	for _, it := range batch {
-		if s.q.ack(it) {
-			acked++
-			for _, w := range it.waiters {
-				w.finish(dropped)
+	for i, it := range batch {
+		if !s.q.ack(it) {
+			if it.call != nil && !dropped && vers[i] > 0 {
+				// A newer write of the record replaced it meanwhile: made
+				// from this one, it starts from the version this one got.
+				if next, ok := s.q.get(it.key()); ok {
+					next.base = vers[i]
+				}
 			}
-			told = append(told, it.notices...)
+			continue
 		}
+		acked++
+		for _, w := range it.waiters {
+			w.finish(dropped)
+		}
+		told = append(told, it.notices...)
 	}
 	n, bytes := s.q.len(), s.q.bytes
 	s.qlen.Store(int64(n))
