@@ -233,13 +233,7 @@ func TestAQueuedWriteBehindThisReplicasOwnIsWritten(t *testing.T) {
 	s.mu.Unlock()
 	s.wakeWriter()
 	s.rushWriter()
-	await.For(t, "the queue to drain", func() bool { return s.qlen.Load() == 0 })
-	if c := mustGet(t, openRedisStore(t, srv, Options{}), "t", "c"); c.Status != StatusCompleted {
-		t.Errorf("c in Redis = %s, want the queued write", c.Status)
-	}
-	if n := metricValue(t, s.met.writes.WithLabelValues(writeSuperseded)); n != 0 {
-		t.Errorf("superseded writes = %v, want 0", n)
-	}
+	wantQueuedWriteApplied(t, srv, s)
 }
 
 // TestAQueuedWriteRestoresARecordRedisLost: a record written, then changed
@@ -259,6 +253,14 @@ func TestAQueuedWriteRestoresARecordRedisLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	link.Heal()
+	wantQueuedWriteApplied(t, srv, s)
+}
+
+// wantQueuedWriteApplied waits for s's queue to drain and checks that its
+// queued write of record c in thread t (COMPLETED) reached Redis, with no
+// write superseded.
+func wantQueuedWriteApplied(t *testing.T, srv *redistest.Server, s *Store) {
+	t.Helper()
 	await.For(t, "the queue to drain", func() bool { return s.qlen.Load() == 0 })
 	if c := mustGet(t, openRedisStore(t, srv, Options{}), "t", "c"); c.Status != StatusCompleted {
 		t.Errorf("c in Redis = %s, want the queued write", c.Status)
