@@ -405,12 +405,6 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, []stale
 	callVer := map[*ToolCall]int64{}
 	threadVer := map[*Thread]int64{}
 	var stale []staleWrite
-	byCall := map[*ToolCall]*item{}
-	for _, it := range batch {
-		if it.call != nil {
-			byCall[it.call] = it
-		}
-	}
 	for i, g := range groups {
 		if res[i].conflict != nil {
 			for _, c := range g.calls {
@@ -419,7 +413,7 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, []stale
 			if g.t != nil {
 				threadVer[g.t] = notWritten
 			}
-			stale = append(stale, staleWrite{it: byCall[g.calls[res[i].conflictAt].call], ver: res[i].conflictVer, origin: res[i].conflictOrigin})
+			stale = append(stale, staleWrite{it: itemOf(batch, g.calls[res[i].conflictAt].call), ver: res[i].conflictVer, origin: res[i].conflictOrigin})
 			continue
 		}
 		for j, c := range g.calls {
@@ -439,6 +433,16 @@ func (s *Store) writeItems(ctx context.Context, batch []*item) ([]int64, []stale
 		}
 	}
 	return out, stale, nil
+}
+
+// itemOf returns the item of batch that writes c.
+func itemOf(batch []*item, c *ToolCall) *item {
+	for _, it := range batch {
+		if it.call == c {
+			return it
+		}
+	}
+	return nil
 }
 
 // notWritten is writeItems' version for an item a version conflict kept
