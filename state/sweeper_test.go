@@ -42,6 +42,21 @@ func (e *ends) list() []*ToolCall {
 	return append([]*ToolCall(nil), e.calls...)
 }
 
+// replicaToLose starts Redis, a replica that reaches it through link (cut
+// it, and the replica stops beating), and another that takes a replica
+// silent for 500 ms for dead and ends its runs' open calls, reporting each
+// to e.
+func replicaToLose(t *testing.T) (srv *redistest.Server, link *redistest.Link, lost, other *Store, e *ends) {
+	t.Helper()
+	srv = redistest.Start(t)
+	link = srv.Link(t)
+	lost = openStore(t, Options{RedisURL: link.URL()})
+	await.For(t, "the first heartbeat", lost.markerSet)
+	e = new(ends)
+	other = openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
+	return srv, link, lost, other, e
+}
+
 // holdUntil writes a call of thread t held for approval until deadline.
 func holdUntil(t testing.TB, s *Store, thread, id string, deadline time.Time) {
 	t.Helper()
@@ -128,12 +143,7 @@ func TestApprovalsTimeOutWithinSecondsOfTheirDeadline(t *testing.T) {
 // the run's open calls, CANCELLED with an endReason naming the run; the
 // run's ended call and other runs' calls are left alone.
 func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
-	srv := redistest.Start(t)
-	link := srv.Link(t)
-	dead := openStore(t, Options{RedisURL: link.URL()})
-	await.For(t, "the first heartbeat", dead.markerSet)
-	var e ends
-	other := openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
+	srv, link, dead, other, e := replicaToLose(t)
 	ctx := context.Background()
 	run := RunRef{ThreadID: "thread-k", RunID: "run-1"}
 	dead.RunStarted(run)
@@ -176,12 +186,7 @@ func TestTheRunsOfADeadReplicaAreEndedByAnother(t *testing.T) {
 // applied. Redis keeps the other replica's end, the superseded write is
 // counted, and the cut-off replica reads that end from then on.
 func TestALateWriteLeavesTheEndAnotherReplicaWrote(t *testing.T) {
-	srv := redistest.Start(t)
-	link := srv.Link(t)
-	cut := openStore(t, Options{RedisURL: link.URL()})
-	await.For(t, "the first heartbeat", cut.markerSet)
-	var e ends
-	openRedisStore(t, srv, Options{OnEnd: e.onEnd, liveness: 500 * time.Millisecond, sweep: 50 * time.Millisecond})
+	srv, link, cut, _, e := replicaToLose(t)
 	cut.RunStarted(RunRef{ThreadID: "thread-l", RunID: "run-1"})
 	mustPut(t, cut, newCall("open", "thread-l", StatusPending, t0))
 	await.For(t, "the replica's writes to reach Redis", func() bool { return cut.qlen.Load() == 0 })
