@@ -56,6 +56,14 @@
 // default only when no cgroup CPU limit applies (where one does, more
 // processors make the process throttled in bursts).
 //
+// CPU limits change under a running process: a container's CPU limit
+// resized in place (Kubernetes' in-place pod resize), a cpuset narrowed.
+// Go's runtime follows such changes with its default (Go 1.25), but not
+// while a program has set GOMAXPROCS itself, as the Governor does. So the
+// Governor reads the limits again every Options.LimitsEvery, and when
+// they changed it hands the runtime its new default and fits from there,
+// going beyond it only if no limit applies now.
+//
 // It stays off when the GOMAXPROCS environment variable is set (the operator
 // chose) and when the default is one processor anyway. It does not pin
 // threads, change GOGC or limit the CPU the process may use.
@@ -107,7 +115,11 @@ type Options struct {
 	// RaiseAt times this, a window of them lowers them at LowerAt times
 	// this (1.6: 0.8 and 0.56 of a processor).
 	BacklogScale float64
-	// Logger gets a debug record per change; nil discards.
+	// LimitsEvery is how often the process's CPU limits (its cgroup's
+	// CPU bandwidth limit and its CPU affinity) are read again (1 s).
+	LimitsEvery time.Duration
+	// Logger gets a debug record per change, and an info record when the
+	// CPU limits changed; nil discards.
 	Logger *slog.Logger
 }
 
@@ -120,6 +132,7 @@ const (
 	defaultHostIdle     = 0.1
 	defaultBacklogAt    = 0.5
 	defaultBacklogScale = 1.6
+	defaultLimitsEvery  = time.Second
 )
 
 // Governor sets GOMAXPROCS from the CPU time the process uses.
@@ -131,7 +144,10 @@ type Governor struct {
 // Start starts a Governor, or returns nil when it has nothing to govern: the
 // GOMAXPROCS environment variable is set, or the runtime's default is one
 // processor. Stop ends it.
-func Start(opt Options) *Governor {
+func Start(opt Options) *Governor { return start(opt, "/") }
+
+// start is Start with the cgroup and proc file systems read under root.
+func start(opt Options, root string) *Governor {
 	if _, set := os.LookupEnv("GOMAXPROCS"); set {
 		return nil
 	}
@@ -163,6 +179,9 @@ func Start(opt Options) *Governor {
 	if opt.BacklogScale <= 0 {
 		opt.BacklogScale = defaultBacklogScale
 	}
+	if opt.LimitsEvery <= 0 {
+		opt.LimitsEvery = defaultLimitsEvery
+	}
 	if opt.Wakeups == nil {
 		opt.Wakeups = func() (uint64, uint64) { return 0, 0 }
 	}
@@ -172,7 +191,7 @@ func Start(opt Options) *Governor {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Governor{cancel: cancel}
 	g.done.Add(1)
-	go g.run(ctx, opt, most, !cpuLimited("/"))
+	go g.run(ctx, opt, most, root)
 	return g
 }
 
@@ -187,11 +206,12 @@ func (g *Governor) Stop() {
 	runtime.SetDefaultGOMAXPROCS()
 }
 
-func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) {
+func (g *Governor) run(ctx context.Context, opt Options, most int, root string) {
 	defer g.done.Done()
 	tick := time.NewTicker(opt.Every)
 	defer tick.Stop()
-	f := newFit(opt, most, beyond)
+	lim, limAt := cpuLimits(root), time.Now()
+	f := newFit(opt, most, !lim.limited)
 	procs := most
 	waits, host := newWaitReader(), newIdleReader()
 	defer waits.close()
@@ -208,6 +228,17 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, beyond bool) 
 		case <-tick.C:
 		}
 		now := time.Now()
+		if now.Sub(limAt) >= opt.LimitsEvery {
+			limAt = now
+			if l := cpuLimits(root); l != lim {
+				lim = l
+				runtime.SetDefaultGOMAXPROCS()
+				most := runtime.GOMAXPROCS(0)
+				opt.Logger.Info("the CPU limits changed: GOMAXPROCS back to the runtime's default", "from", procs, "to", most, "cpu_limited", l.limited)
+				f.limitsChanged(most, !l.limited)
+				procs = most
+			}
+		}
 		cpu, read := cpuTime()
 		wakes, backlogged := opt.Wakeups()
 		iv := interval{hostIdle: 1, backlogged: wakes > lastWakes &&
@@ -281,7 +312,7 @@ type interval struct {
 type fit struct {
 	opt     Options
 	most    int       // the runtime's default
-	beyond  bool      // whether it may go beyond most, to over()
+	beyond  bool      // whether it may go beyond most, to over(): no CPU limit applies
 	busy    []float64 // the window's intervals, oldest first
 	hot     []bool    // which of them were contended
 	backlog []bool    // which of them were backlogged
@@ -291,6 +322,13 @@ type fit struct {
 func newFit(opt Options, most int, beyond bool) *fit {
 	n := max(1, int(opt.Window/opt.Every))
 	return &fit{opt: opt, most: most, beyond: beyond, busy: make([]float64, 0, n), hot: make([]bool, 0, n), backlog: make([]bool, 0, n), size: n}
+}
+
+// limitsChanged starts the fit again at the runtime's new default, most,
+// going beyond it only if beyond.
+func (f *fit) limitsChanged(most int, beyond bool) {
+	f.most, f.beyond = most, beyond
+	f.restart()
 }
 
 // over is the processors while the host is contended: twice the default.
@@ -304,6 +342,9 @@ func (f *fit) readsWait(procs int) bool { return f.beyond && procs >= f.most }
 // next takes what was read over the interval just ended, with procs
 // processors, and returns the processors for the next.
 func (f *fit) next(procs int, iv interval) int {
+	if f.most <= 1 {
+		return procs // the limits leave one CPU: nothing to govern
+	}
 	// Contention beyond the default serves latency; backlogged streams
 	// have theirs in the backlog, and more threads would only take CPU
 	// from the processes that feed and drain them.
@@ -366,4 +407,12 @@ func (f *fit) restart() {
 	f.busy = f.busy[:0]
 	f.hot = f.hot[:0]
 	f.backlog = f.backlog[:0]
+}
+
+// limits is what cpuLimits read: whether a cgroup CPU limit applies, and
+// what the limit files and the CPU affinity said (a change of either
+// changes seen).
+type limits struct {
+	limited bool
+	seen    string
 }

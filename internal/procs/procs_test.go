@@ -147,6 +147,39 @@ func TestACPULimitKeepsTheProcessorsAtTheDefault(t *testing.T) {
 	}
 }
 
+func TestChangedCPULimitsStartTheFitAgainFromTheNewDefault(t *testing.T) {
+	f := testUnlimitedFit(2)
+	if got := f.next(2, interval{busy: 0.9, wait: 2.0}); got != 4 {
+		t.Fatalf("contended without a CPU limit: %d processors, want 4", got)
+	}
+	// A limit now applies (the Governor has handed the runtime its
+	// default): contention no longer takes it beyond.
+	f.limitsChanged(2, false)
+	for i := range 8 {
+		if got := f.next(2, interval{busy: 0.9, wait: 2.0}); got != 2 {
+			t.Fatalf("interval %d, contended after a CPU limit appeared: %d processors, want 2", i, got)
+		}
+	}
+	// The limits leave one CPU: nothing to govern, whatever the load.
+	f.limitsChanged(1, true)
+	for i, iv := range []interval{{busy: 0.9, wait: 2.0}, {busy: 1.0}, {busy: 0.01}} {
+		if got := f.next(1, iv); got != 1 {
+			t.Fatalf("interval %d with one CPU left: %d processors, want 1", i, got)
+		}
+	}
+	// The old fit's window is forgotten: a quiet load needs a whole new
+	// window before a processor is taken away.
+	f.limitsChanged(4, false)
+	for i := range 3 {
+		if got := f.next(4, interval{busy: 0.1}); got != 4 {
+			t.Fatalf("interval %d of the new window: %d processors, want 4", i, got)
+		}
+	}
+	if got := f.next(4, interval{busy: 0.1}); got != 1 {
+		t.Fatalf("a quiet window after the change: %d processors, want 1", got)
+	}
+}
+
 func TestProcessorsBeyondTheDefaultStayUntilAWindowWithoutContention(t *testing.T) {
 	f := testUnlimitedFit(2)
 	got := f.next(2, interval{busy: 0.8, wait: 1.0})

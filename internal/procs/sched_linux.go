@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
 )
 
 // waitReader reads how long the process's threads have been runnable but
@@ -232,28 +233,38 @@ func uintField(line []byte, n int) (uint64, bool) {
 	}
 }
 
-// cpuLimited reports whether a cgroup CPU bandwidth limit applies to the
-// process, reading the cgroup file system under root ("/" but for tests):
-// cgroup v2's cpu.max, or v1's cpu.cfs_quota_us, in the process's cgroup
-// and every ancestor (Linux's Documentation/admin-guide/cgroup-v2.rst,
-// "CPU Interface Files"). When the files cannot be read it says limited:
-// more processors than a limit allows make the process throttled in
-// bursts, so the Governor goes above the runtime's default only where it
-// knows there is no limit.
-func cpuLimited(root string) bool {
+// cpuLimits reads the CPU limits that apply to the process, from the
+// cgroup file system under root ("/" but for tests): whether a cgroup CPU
+// bandwidth limit applies (cgroup v2's cpu.max, or v1's cpu.cfs_quota_us,
+// in the process's cgroup and every ancestor; Linux's
+// Documentation/admin-guide/cgroup-v2.rst, "CPU Interface Files"), and
+// what those files and the process's CPU affinity said, to compare with
+// the next read. When the files cannot be read it says limited: more
+// processors than a limit allows make the process throttled in bursts, so
+// the Governor goes above the runtime's default only where it knows there
+// is no limit.
+func cpuLimits(root string) limits {
+	var l limits
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err == nil {
+		l.seen = strconv.Itoa(set.Count()) + " CPUs\n"
+	}
 	pfs, err := procfs.NewFS(filepath.Join(root, "proc"))
 	if err != nil {
-		return true
+		l.limited = true
+		return l
 	}
 	self, err := pfs.Proc(os.Getpid())
 	if err != nil {
-		return true
+		l.limited = true
+		return l
 	}
 	groups, err := self.Cgroups()
 	if err != nil {
-		return true
+		l.limited = true
+		return l
 	}
-	seen := false
+	known := false
 	for _, g := range groups {
 		var dir, file string
 		switch {
@@ -271,30 +282,28 @@ func cpuLimited(root string) bool {
 		default:
 			continue
 		}
-		limited, known := limitAlong(dir, g.Path, file)
-		if limited {
-			return true
-		}
-		seen = seen || known
+		known = limitAlong(dir, g.Path, file, &l) || known
 	}
-	return !seen
+	l.limited = l.limited || !known
+	return l
 }
 
 // limitAlong reads file in the cgroup at path under the hierarchy mounted
-// at dir and in each of its ancestors: whether one of them sets a limit,
-// and whether any of them had the file.
-func limitAlong(dir, path, file string) (limited, known bool) {
+// at dir and in each of its ancestors into l (seen, and limited when one
+// of them sets a limit), and reports whether any of them had the file.
+func limitAlong(dir, path, file string, l *limits) (known bool) {
 	for p := filepath.Clean("/" + path); ; p = filepath.Dir(p) {
 		data, err := os.ReadFile(filepath.Join(dir, p, file))
 		if err == nil {
 			known = true
+			l.seen += p + " " + string(data)
 			v := strings.Fields(string(data))
 			if len(v) > 0 && v[0] != "max" && v[0] != "-1" {
-				return true, true
+				l.limited = true
 			}
 		}
 		if p == "/" {
-			return false, known
+			return known
 		}
 	}
 }

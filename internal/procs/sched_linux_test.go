@@ -71,11 +71,109 @@ func TestCPULimitIsReadFromTheCgroupAndItsAncestors(t *testing.T) {
 		}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got := cpuLimited(cgroupRoot(t, c.files)); got != c.limited {
-				t.Fatalf("cpuLimited = %v, want %v", got, c.limited)
+			if got := cpuLimits(cgroupRoot(t, c.files)).limited; got != c.limited {
+				t.Fatalf("cpuLimits(…).limited = %v, want %v", got, c.limited)
 			}
 		})
 	}
+}
+
+// setFile replaces the file at path under root with content at once (a
+// rename), as a reader sees a cgroup file change: never half written.
+func setFile(t *testing.T, root, path, content string) {
+	t.Helper()
+	tmp := filepath.Join(root, path+".new")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(root, path)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unlimitedCgroup is a cgroup v2 root in which no CPU limit applies to the
+// process, its cpu.max at cpuMax.
+func unlimitedCgroup(t *testing.T) (root, cpuMax string) {
+	t.Helper()
+	cpuMax = "sys/fs/cgroup/aguard.service/cpu.max"
+	return cgroupRoot(t, map[string]string{
+		fmt.Sprintf("proc/%d/cgroup", os.Getpid()): "0::/aguard.service\n",
+		"sys/fs/cgroup/cgroup.controllers":         "cpu memory\n",
+		"sys/fs/cgroup/cpu.max":                    "max 100000\n",
+		cpuMax:                                     "max 100000\n",
+	}), cpuMax
+}
+
+func TestAChangedCPULimitReadsAsAChange(t *testing.T) {
+	root, cpuMax := unlimitedCgroup(t)
+	was := cpuLimits(root)
+	if was.limited {
+		t.Fatal("limited with cpu.max at max")
+	}
+	for _, c := range []struct {
+		cpuMax  string
+		limited bool
+	}{
+		{"200000 100000\n", true}, // two CPUs
+		{"150000 100000\n", true}, // resized in place to one and a half
+		{"max 100000\n", false},   // lifted
+	} {
+		setFile(t, root, cpuMax, c.cpuMax)
+		now := cpuLimits(root)
+		if now.limited != c.limited {
+			t.Fatalf("cpu.max %q: limited %v, want %v", c.cpuMax, now.limited, c.limited)
+		}
+		if now == was {
+			t.Fatalf("cpu.max %q read the same as before it changed: %+v", c.cpuMax, now)
+		}
+		if again := cpuLimits(root); again != now {
+			t.Fatalf("cpu.max %q read twice, unchanged, read differently: %+v, then %+v", c.cpuMax, now, again)
+		}
+		was = now
+	}
+}
+
+// TestTheGovernorHandsBackTheDefaultWhenTheCPULimitsChange runs a real
+// Governor on a cgroup file system of the test's: once a quiet process has
+// one processor, its cgroup's CPU limit changes, and the Governor gives the
+// runtime its default back at its next read of the limits, then fits from
+// there.
+func TestTheGovernorHandsBackTheDefaultWhenTheCPULimitsChange(t *testing.T) {
+	most := runtime.GOMAXPROCS(0)
+	if most < 2 {
+		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
+	}
+	root, cpuMax := unlimitedCgroup(t)
+	var (
+		mu      sync.Mutex
+		changed bool
+		peak    int // the most processors the Governor's reads saw since the change
+	)
+	wakeups := func() (uint64, uint64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if changed {
+			peak = max(peak, runtime.GOMAXPROCS(0))
+		}
+		return 0, 0
+	}
+	g := start(Options{Every: 10 * time.Millisecond, Window: 100 * time.Millisecond, LimitsEvery: 20 * time.Millisecond, Wakeups: wakeups}, root)
+	if g == nil {
+		t.Fatal("no Governor started")
+	}
+	t.Cleanup(g.Stop)
+	await.For(t, "GOMAXPROCS 1 while the process is quiet", func() bool { return runtime.GOMAXPROCS(0) == 1 })
+
+	mu.Lock()
+	changed = true
+	mu.Unlock()
+	setFile(t, root, cpuMax, fmt.Sprintf("%d 100000\n", most*100000))
+	await.For(t, "the runtime's default again after the CPU limit changed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return peak == most
+	})
+	await.For(t, "GOMAXPROCS 1 again, a window later, for the quiet process", func() bool { return runtime.GOMAXPROCS(0) == 1 })
 }
 
 func TestRunQueueWaitGrowsWhileTheCPUsAreTaken(t *testing.T) {
@@ -217,7 +315,7 @@ func governContended(t *testing.T, opt Options) (most int, stop func()) {
 	if most < 2 {
 		t.Skipf("the runtime's default is %d processor here: nothing to govern", most)
 	}
-	if cpuLimited("/") {
+	if cpuLimits("/").limited {
 		t.Skip("a cgroup CPU limit applies here (or none could be read): the Governor stays at the default, as TestACPULimitKeepsTheProcessorsAtTheDefault shows")
 	}
 	opt.Every, opt.Window = 10*time.Millisecond, 100*time.Millisecond

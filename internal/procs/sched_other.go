@@ -12,8 +12,8 @@ func newWaitReader() *waitReader                { return &waitReader{} }
 func (*waitReader) read() (time.Duration, bool) { return 0, false }
 func (*waitReader) close()                      {}
 
-// cpuLimited says limited off Linux, where the Governor cannot tell.
-func cpuLimited(string) bool { return true }
+// cpuLimits says limited off Linux, where the Governor cannot tell.
+func cpuLimits(string) limits { return limits{limited: true} }
 
 // idleReader has no figure off Linux.
 type idleReader struct{}
