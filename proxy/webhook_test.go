@@ -139,6 +139,13 @@ func TestAWebhookLeavesOnceItsRecordIsInRedis(t *testing.T) {
 		`{"type":"RUN_FINISHED","threadId":"thread-x","runId":"run-1"}`,
 	}}, hold: map[string]chan struct{}{"run-1": release}}
 	st := openStoreOpt(t, state.Options{RedisURL: srv.URL(), WriteDelay: time.Hour})
+	// A Store that first meets Redis's primary sends at once what it
+	// queued before (so that it is in that primary): let it meet the
+	// primary with nothing queued, or a slow first heartbeat sends the
+	// call's record on, webhook or not.
+	await.For(t, "the ledger to note Redis's primary", func() bool {
+		return raw.HLen(context.Background(), "aguard:primary").Val() == 1
+	})
 	h := newHarness(t, agent.ServeHTTP, func(o *Options) {
 		o.State = st
 		o.Notifier = hooks
