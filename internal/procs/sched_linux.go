@@ -249,17 +249,7 @@ func cpuLimits(root string) limits {
 	if err := unix.SchedGetaffinity(0, &set); err == nil {
 		l.seen = strconv.Itoa(set.Count()) + " CPUs\n"
 	}
-	pfs, err := procfs.NewFS(filepath.Join(root, "proc"))
-	if err != nil {
-		l.limited = true
-		return l
-	}
-	self, err := pfs.Proc(os.Getpid())
-	if err != nil {
-		l.limited = true
-		return l
-	}
-	groups, err := self.Cgroups()
+	groups, err := selfCgroups(root)
 	if err != nil {
 		l.limited = true
 		return l
@@ -286,6 +276,19 @@ func cpuLimits(root string) limits {
 	}
 	l.limited = l.limited || !known
 	return l
+}
+
+// selfCgroups lists the process's cgroups, from /proc under root.
+func selfCgroups(root string) ([]procfs.Cgroup, error) {
+	pfs, err := procfs.NewFS(filepath.Join(root, "proc"))
+	if err != nil {
+		return nil, err
+	}
+	self, err := pfs.Proc(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	return self.Cgroups()
 }
 
 // limitAlong reads file in the cgroup at path under the hierarchy mounted
