@@ -109,9 +109,7 @@ func (s *Store) recordItems(items []*item, w *waiter) {
 		return
 	}
 	s.localMu.Lock()
-	for _, it := range items {
-		s.cacheQueued(it)
-	}
+	s.cacheQueued(items, nil)
 	s.localMu.Unlock()
 	s.met.writes.WithLabelValues(writeMemory).Add(float64(len(items)))
 }

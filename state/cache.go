@@ -101,7 +101,11 @@ func (s *Store) cacheCallLocked(c *ToolCall, ver int64, seq, epoch uint64, own b
 	if announced, ok := s.recent.Peek(r); ok && announced > ver {
 		fresh = false
 	}
-	s.placeCallLocked(&callEntry{call: c, ver: ver, epoch: epoch, fresh: fresh}, own)
+	e := &callEntry{call: c, ver: ver, epoch: epoch, fresh: fresh}
+	if ver == 0 {
+		e.base = s.knownVersionLocked(r)
+	}
+	s.placeCallLocked(e, own)
 }
 
 // knownVersionLocked returns the version of r that Redis held when this
@@ -119,16 +123,25 @@ func (s *Store) knownVersionLocked(r Ref) int64 {
 	return e.base
 }
 
-// cacheQueued puts an item this process has just queued into memory, as a
-// local write stamped with its queue sequence.
-func (s *Store) cacheQueued(it *item) {
+// cacheQueued puts items this process has just queued into memory, as
+// local writes stamped with their queue sequence; a record's entry keeps
+// the version its write was made from (bases, as enqueue returned them:
+// nil without Redis, where no write is made from a version).
+func (s *Store) cacheQueued(items []*item, bases []int64) {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
-	switch {
-	case it.call != nil:
-		s.placeCallLocked(&callEntry{call: it.call, epoch: s.epoch.Load(), wseq: it.seq}, true)
-	case it.thread != nil:
-		s.cacheThreadEntryLocked(&threadEntry{t: it.thread, wseq: it.seq}, true)
+	epoch := s.epoch.Load()
+	for i, it := range items {
+		switch {
+		case it.call != nil:
+			e := &callEntry{call: it.call, epoch: epoch, wseq: it.seq}
+			if bases != nil {
+				e.base = bases[i]
+			}
+			s.placeCallLocked(e, true)
+		case it.thread != nil:
+			s.cacheThreadEntryLocked(&threadEntry{t: it.thread, wseq: it.seq}, true)
+		}
 	}
 }
 
@@ -171,9 +184,6 @@ func (s *Store) trimLocked() {
 // in the LRU; and removes it from the other. cacheMu is held.
 func (s *Store) placeCallLocked(e *callEntry, own bool) {
 	r := RefOf(e.call)
-	if e.ver == 0 {
-		e.base = s.knownVersionLocked(r)
-	}
 	_, protected := s.prot.calls[r]
 	if e.call.protects() && (own || protected) && s.protectCallLocked(e, s.keepUntil(e.call)) {
 		s.calls.Remove(r)

@@ -49,10 +49,7 @@ func (s *Store) queuedAt(key string) (*item, uint64) {
 // first, so that a record in memory that Redis lacks is always queued or
 // acknowledged: never taken for a loss while its write is in flight.
 func (s *Store) writeBehind(items []*item, w *waiter) {
-	s.enqueue(items, w)
-	for _, it := range items {
-		s.cacheQueued(it)
-	}
+	s.cacheQueued(items, s.enqueue(items, w))
 }
 
 // waitUnqueued waits until nothing is queued for key, Redis goes down, or
@@ -94,8 +91,9 @@ func (s *Store) knownVersions(items []*item) []int64 {
 
 // enqueue queues items (attaching w to each, if set), drops what exceeds
 // the bound, and wakes the writer; at once (rushWriter) when w is set or
-// an item is urgent.
-func (s *Store) enqueue(items []*item, w *waiter) {
+// an item is urgent. It returns, for each record among items, the version
+// its write was made from (item.base as queued); 0 for the other items.
+func (s *Store) enqueue(items []*item, w *waiter) []int64 {
 	var dropped []*item
 	urgent := w != nil
 	known := s.knownVersions(items)
@@ -104,10 +102,10 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 		if it.call != nil {
 			// The version the write was made from: a queued write of the
 			// key's, kept current by ack, or what memory knew.
-			it.base = known[i]
 			if prev, ok := s.q.get(it.key()); ok {
-				it.base = prev.base
+				known[i] = prev.base
 			}
+			it.base = known[i]
 		}
 		urgent = urgent || it.urgent()
 		if w != nil {
@@ -149,6 +147,7 @@ func (s *Store) enqueue(items []*item, w *waiter) {
 	if urgent {
 		s.rushWriter()
 	}
+	return known
 }
 
 func (s *Store) wakeWriter() {
