@@ -1,6 +1,6 @@
 # bench/lib.sh — what the benchmark scripts share: logging, stopping the
 # processes they started, waiting for a port, building aguard at git refs
-# (conns.sh, syscalls.sh, ab.sh), and nginx's configuration (those and
+# (conns.sh, syscalls.sh, segments.sh, ab.sh), and nginx's configuration (those and
 # run.sh, which defines its own logging and clean-up after sourcing this).
 # Sourced, not run; the script sets ROOT, PIDS (the processes to stop on
 # exit) and WORK (its folder).
@@ -56,6 +56,42 @@ build_refs() {
 		fi
 		log "built aguard at $ref"
 	done
+}
+
+# The scripts that load nginx and one aguard per REF in turn behind one
+# agentsim (syscalls.sh, segments.sh) set SIM_PORT, PROXY_PORT and
+# ADMIN_PORT, and use the three functions below.
+#
+# turns_setup REF...: checks for nginx (NGINX), builds the REFs
+# (build_refs), writes nginx's configuration and starts agentsim on
+# SIM_PORT.
+turns_setup() {
+	NGINX=$(command -v nginx || true)
+	[[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
+	build_refs "$@"
+	mkdir -p "$WORK/nginx/tmp"
+	nginx_conf "$SIM_PORT" "$PROXY_PORT" >"$WORK/nginx/nginx.conf"
+	"$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
+	PIDS+=($!)
+	await "$SIM_PORT"
+}
+# turn_nginx: starts nginx on PROXY_PORT, its master's pid in TURN_PID.
+turn_nginx() {
+	"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
+	TURN_PID=$!
+	PIDS+=("$TURN_PID")
+	await "$PROXY_PORT"
+}
+# turn_aguard REF: starts REF's `aguard serve` on PROXY_PORT in front of
+# agentsim, its pid in TURN_PID.
+turn_aguard() {
+	local name
+	name=$(refname "$1")
+	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$PROXY_PORT" \
+		--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
+	TURN_PID=$!
+	PIDS+=("$TURN_PID")
+	await "$PROXY_PORT"
 }
 
 # nginx_conf SIM_PORT PROXY_PORT: nginx's configuration (on stdout) as an

@@ -34,15 +34,7 @@ PIDS=()
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 command -v ss >/dev/null || die "ss is not installed (apt-get install -y iproute2)"
-NGINX=$(command -v nginx || true)
-[[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
-
-build_refs "${REFS[@]}"
-mkdir -p "$WORK/nginx/tmp"
-nginx_conf "$SIM_PORT" "$PROXY_PORT" >"$WORK/nginx/nginx.conf"
-"$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
-PIDS+=($!)
-await "$SIM_PORT"
+turns_setup "${REFS[@]}"
 
 # counters: the sums, over the established sockets on the agent's port
 # (its side of agent → proxy) and on the proxy's (its side of proxy →
@@ -86,21 +78,13 @@ measure() {
 echo "| round, proxy | events/s | agent → proxy data segments per 1k events | proxy → agent segments (ACKs) | proxy → consumer data segments | consumer → proxy segments (ACKs) | events per proxy → consumer segment |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
 for r in $(seq "$ROUNDS"); do
-	"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
-	ng=$!
-	PIDS+=("$ng")
-	await "$PROXY_PORT"
+	turn_nginx
 	measure "$r nginx"
-	stop "$ng"
+	stop "$TURN_PID"
 	for ref in "${REFS[@]}"; do
-		name=$(refname "$ref")
-		"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$PROXY_PORT" \
-			--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
-		ag=$!
-		PIDS+=("$ag")
-		await "$PROXY_PORT"
+		turn_aguard "$ref"
 		measure "$r aguard $ref"
-		stop "$ag"
+		stop "$TURN_PID"
 	done
 done
 echo

@@ -32,17 +32,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 command -v strace >/dev/null || die "strace is not installed (apt-get install -y strace)"
-NGINX=$(command -v nginx || true)
-[[ -n $NGINX ]] || die "nginx is not installed (apt-get install -y nginx-light)"
-
-build_refs "${REFS[@]}"
-
-mkdir -p "$WORK/nginx/tmp"
-nginx_conf "$SIM_PORT" "$PROXY_PORT" >"$WORK/nginx/nginx.conf"
-
-"$WORK/agentsim" -listen "127.0.0.1:$SIM_PORT" >"$WORK/agentsim.log" 2>&1 &
-PIDS+=($!)
-await "$SIM_PORT"
+turns_setup "${REFS[@]}"
 
 # measure NAME PIDS...: strace the processes for WINDOW seconds under the
 # paced load, and print a table row (calls per event delivered).
@@ -72,21 +62,13 @@ measure() {
 
 echo "| proxy | writes to consumers (≈ events: at this load each goes out alone) | reads per write | of which found nothing (EAGAIN) | epoll waits per write | futex + nanosleep per write |"
 echo "|---|---:|---:|---:|---:|---:|"
-"$NGINX" -p "$WORK/nginx/" -c nginx.conf -e error.log &
-ng=$!
-PIDS+=("$ng")
-await "$PROXY_PORT"
-measure nginx $(pgrep -P "$ng")
-stop "$ng"
+turn_nginx
+measure nginx $(pgrep -P "$TURN_PID")
+stop "$TURN_PID"
 for ref in "${REFS[@]}"; do
-	name=$(refname "$ref")
-	"$WORK/aguard-$name" serve --upstream "http://127.0.0.1:$SIM_PORT" --listen "127.0.0.1:$PROXY_PORT" \
-		--admin-listen "127.0.0.1:$ADMIN_PORT" --drain-timeout 1s >"$WORK/aguard-$name.log" 2>&1 &
-	ag=$!
-	PIDS+=("$ag")
-	await "$PROXY_PORT"
-	measure "aguard $ref" "$ag"
-	stop "$ag"
+	turn_aguard "$ref"
+	measure "aguard $ref" "$TURN_PID"
+	stop "$TURN_PID"
 done
 echo
 echo "($STREAMS streams × $RATE events/s, strace -c -f over ${WINDOW}s; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
