@@ -61,7 +61,14 @@ type started struct {
 	listen      string
 	admin       string
 	stderrLines chan string
+
+	mu   sync.Mutex
+	tail []string // the last logTail lines of its log, printed if the test fails
 }
+
+// logTail is how many of a started aguard's last log lines a failed test
+// prints.
+const logTail = 200
 
 func startAguard(t *testing.T, bin string, args ...string) *started {
 	t.Helper()
@@ -90,6 +97,7 @@ func startAguard(t *testing.T, bin string, args ...string) *started {
 			if !ok {
 				t.Fatal("aguard exited before listening")
 			}
+			s.keep(line)
 			if m := re.FindStringSubmatch(line); m != nil {
 				s.listen, s.admin = m[1], m[2]
 			}
@@ -99,14 +107,37 @@ func startAguard(t *testing.T, bin string, args ...string) *started {
 	}
 	go func() {
 		for sc.Scan() {
+			line := sc.Text()
+			s.keep(line)
 			select {
-			case s.stderrLines <- sc.Text():
+			case s.stderrLines <- line:
 			default:
 			}
 		}
 		close(s.stderrLines)
 	}()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		t.Logf("the last %d log lines of aguard (pid %d, listening on %s):", len(s.tail), cmd.Process.Pid, s.listen)
+		for _, line := range s.tail {
+			t.Log(line)
+		}
+	})
 	return s
+}
+
+// keep adds a line of aguard's log to the tail a failed test prints.
+func (s *started) keep(line string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.tail) == logTail {
+		s.tail = s.tail[1:]
+	}
+	s.tail = append(s.tail, line)
 }
 
 func get(t *testing.T, url string) (int, string) {
