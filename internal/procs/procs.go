@@ -77,7 +77,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -285,16 +284,6 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, root string) 
 		opt.Logger.Debug("GOMAXPROCS fitted to the load", "from", procs, "to", next, "busy_cpus", iv.busy, "run_queue_wait", iv.wait, "host_idle", iv.hostIdle, "backlogged", iv.backlogged)
 		procs = next
 	}
-}
-
-// cpuTime is the user and system CPU time the process has used, and
-// whether it could be read.
-func cpuTime() (time.Duration, bool) {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0, false
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
 // interval is what the Governor read over one interval.

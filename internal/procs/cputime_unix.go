@@ -1,0 +1,18 @@
+//go:build unix
+
+package procs
+
+import (
+	"syscall"
+	"time"
+)
+
+// cpuTime is the user and system CPU time the process has used, and
+// whether it could be read.
+func cpuTime() (time.Duration, bool) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, false
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
+}
