@@ -27,17 +27,23 @@
 // busy host").
 //
 // Where the events wait in the sockets anyway, one processor is cheaper
-// still: each wakeup reads more of them. When most of the data plane's
-// wakeups find more than one event waiting (Options.Wakeups: backlogged
-// streams, whose agent writes faster than the chain downstream takes the
-// events), the processors may run Options.BacklogScale busier before they
+// still: each wakeup reads more of them. When the data plane's wakeups
+// read Options.BacklogAt events each or more on average (Options.Wakeups:
+// backlogged streams, whose agent writes faster than the chain downstream
+// takes the events), the processors may run Options.BacklogScale busier before they
 // are doubled or after they are taken away, and contention does not take
 // them beyond the default: more threads would only take CPU from the
 // processes that feed and drain those streams. Measured under bench/run.sh's
 // unpaced load on that 2-CPU machine: 0.94-1.04 s of CPU per 1M events on
 // one processor against 1.11-1.41 governed without it and nginx's
 // 1.03-1.08, and more events delivered (bench/README.md, "Backlogged
-// streams on one processor").
+// streams on one processor"). The events a wakeup read are averaged, not
+// the wakeups that read several counted: with more processors than one,
+// under that same load, most wakeups read one event or none while most
+// events came in wakeups that read dozens, and a count of wakeups took the
+// load for events one at a time, so that contention raised the processors
+// to twice the default and kept them there (bench/README.md, "The
+// backlog, counted in events").
 //
 // A Governor reads the process's CPU time (getrusage) every Options.Every.
 // When the processors in use were busy for Options.RaiseAt of the interval
@@ -102,12 +108,12 @@ type Options struct {
 	// interval below which its run-queue wait counts as contention (0.1).
 	HostIdleBelow float64
 	// Wakeups, when set, returns how many times the data plane has woken
-	// for a readable socket and how many of those wakeups found more than
-	// one event waiting, both counted from its start. An interval in which
-	// BacklogAt of the wakeups or more found more than one is backlogged.
-	Wakeups func() (all, backlogged uint64)
-	// BacklogAt is the share of an interval's wakeups that, each finding
-	// more than one event, makes the interval backlogged (0.5).
+	// for a readable socket and how many events those wakeups read, both
+	// counted from its start. An interval whose wakeups read BacklogAt
+	// events each or more, on average, is backlogged.
+	Wakeups func() (all, events uint64)
+	// BacklogAt is the events an interval's wakeups must read each, on
+	// average, for the interval to be backlogged (2).
 	BacklogAt float64
 	// BacklogScale is how much busier the processors may run while the
 	// streams are backlogged: a backlogged interval raises them at
@@ -129,7 +135,7 @@ const (
 	defaultLowerAt      = 0.35
 	defaultContendedAt  = 0.5
 	defaultHostIdle     = 0.1
-	defaultBacklogAt    = 0.5
+	defaultBacklogAt    = 2.0
 	defaultBacklogScale = 1.6
 	defaultLimitsEvery  = time.Second
 )
@@ -218,7 +224,7 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, root string) 
 	lastCPU, ok := cpuTime()
 	lastWait, waitOK := waits.read()
 	lastIdle, idleOK := host.read()
-	lastWakes, lastBacklogged := opt.Wakeups()
+	lastWakes, lastEvents := opt.Wakeups()
 	lastAt := time.Now()
 	for {
 		select {
@@ -239,10 +245,10 @@ func (g *Governor) run(ctx context.Context, opt Options, most int, root string) 
 			}
 		}
 		cpu, read := cpuTime()
-		wakes, backlogged := opt.Wakeups()
+		wakes, events := opt.Wakeups()
 		iv := interval{hostIdle: 1, backlogged: wakes > lastWakes &&
-			float64(backlogged-lastBacklogged) >= opt.BacklogAt*float64(wakes-lastWakes)}
-		lastWakes, lastBacklogged = wakes, backlogged
+			float64(events-lastEvents) >= opt.BacklogAt*float64(wakes-lastWakes)}
+		lastWakes, lastEvents = wakes, events
 		var wait, idle time.Duration
 		waitRead, idleRead := false, false
 		if f.readsWait(procs) {
@@ -291,8 +297,8 @@ type interval struct {
 	busy     float64 // CPUs the process kept busy
 	wait     float64 // CPU-seconds a second its threads waited runnable (run-queue wait)
 	hostIdle float64 // share of the host's CPUs left idle
-	// backlogged: most of the data plane's wakeups found more than one
-	// event waiting (Options.Wakeups, Options.BacklogAt).
+	// backlogged: the data plane's wakeups read Options.BacklogAt events
+	// each or more on average (Options.Wakeups).
 	backlogged bool
 }
 

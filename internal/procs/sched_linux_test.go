@@ -368,12 +368,12 @@ func TestTheGovernorStaysAtTheDefaultOnAContendedHostWhileBacklogged(t *testing.
 	wakeups := func() (uint64, uint64) {
 		mu.Lock()
 		defer mu.Unlock()
-		woken += 100 // every wakeup found several events
+		woken += 100 // every wakeup read several events
 		if load {
 			reads++
 			peak = max(peak, runtime.GOMAXPROCS(0))
 		}
-		return woken, woken
+		return woken, 5 * woken
 	}
 	most, stop := governContended(t, Options{Wakeups: wakeups})
 	mu.Lock()
