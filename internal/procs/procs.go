@@ -30,10 +30,10 @@
 // still: each wakeup reads more of them. When the data plane's wakeups
 // read Options.BacklogAt events each or more on average (Options.Wakeups:
 // backlogged streams, whose agent writes faster than the chain downstream
-// takes the events), the processors may run Options.BacklogScale busier before they
-// are doubled or after they are taken away, and contention does not take
-// them beyond the default: more threads would only take CPU from the
-// processes that feed and drain those streams. Measured under bench/run.sh's
+// takes the events), the processors may run Options.BacklogScale busier
+// before they are doubled or after they are taken away, and contention
+// does not take them beyond the default: more threads would only take CPU
+// from the processes that feed and drain those streams. Measured under bench/run.sh's
 // unpaced load on that 2-CPU machine: 0.94-1.04 s of CPU per 1M events on
 // one processor against 1.11-1.41 governed without it and nginx's
 // 1.03-1.08, and more events delivered (bench/README.md, "Backlogged
